@@ -1,0 +1,136 @@
+"""Render messages with the model's own chat template (the Jinja text stored in the GGUF).
+
+Pure Python, no llama.cpp: the trainer renders teacher prompts with the very same code, so its
+token ids match what the engine served. Templates that know tools (Qwen2.5, Hermes, Llama 3.1)
+get them natively; for one that does not (SmolLM2's plain ChatML), tools are described in the
+system message in the Hermes convention and calls are written as `<tool_call>{json}</tool_call>`,
+the same syntax `serve.tools` parses back.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from jinja2 import StrictUndefined, Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+    # Same as Hugging Face's override: no HTML escaping, unicode kept (token ids depend on it).
+    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _raise(message: str):
+    raise TemplateError(message)
+
+
+class TemplateError(ValueError):
+    """The template refused the conversation (e.g. roles out of order)."""
+
+
+class ChatTemplate:
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
+        self.source = source
+        self.bos_token, self.eos_token = bos_token, eos_token
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=Undefined)
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        self._template = env.from_string(source)
+        self.native_tools = "tools" in source
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = True, prefill: str = "") -> str:
+        """Prompt text for `messages` (already normalized by serve: string content, no developer role)."""
+        messages = self.prepare(messages, tools)
+        kwargs: dict[str, Any] = {}
+        if tools and self.native_tools:
+            kwargs["tools"] = tools
+        try:
+            text = self._template.render(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token, eos_token=self.eos_token, **kwargs,
+            )
+        except TemplateError:
+            raise
+        except Exception as e:  # a template bug or an input it cannot take: the caller answers 400
+            raise TemplateError(f"the model's chat template failed on this conversation: {e}") from e
+        return text + prefill
+
+    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for m in messages:
+            m = dict(m)
+            calls = m.get("tool_calls") or []
+            if self.native_tools:
+                if calls:
+                    # HF templates expect arguments as a mapping; OpenAI sends a JSON string.
+                    m["tool_calls"] = [_call_with_mapping(c) for c in calls]
+            else:
+                if calls:
+                    written = [
+                        f"{TOOL_OPEN}\n{json.dumps({'name': c['function']['name'], 'arguments': _args(c)}, ensure_ascii=False)}\n{TOOL_CLOSE}"
+                        for c in calls
+                    ]
+                    m["content"] = "\n".join([m["content"], *written] if m.get("content") else written)
+                    m.pop("tool_calls")
+                if m["role"] == "tool":
+                    m = {"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"}
+            out.append(m)
+        if tools and not self.native_tools:
+            out = _with_tool_system(out, tools)
+        return merge_same_role(out)
+
+
+def _args(call: dict[str, Any]) -> Any:
+    args = call["function"].get("arguments")
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return args if args is not None else {}
+
+
+def _call_with_mapping(call: dict[str, Any]) -> dict[str, Any]:
+    fn = dict(call["function"])
+    fn["arguments"] = _args(call)
+    return {**call, "function": fn}
+
+
+def _with_tool_system(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    block = (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listing}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        f"{TOOL_OPEN}{TOOL_CLOSE} XML tags:\n{TOOL_OPEN}\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n' + TOOL_CLOSE
+    )
+    if messages and messages[0]["role"] == "system":
+        first = dict(messages[0])
+        first["content"] = f"{first.get('content') or ''}\n\n{block}"
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
+
+
+def merge_same_role(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Join consecutive system/user/assistant messages (many templates demand alternation).
+
+    Tool messages and assistant messages carrying tool calls are kept apart: templates that know
+    tools group consecutive results themselves, and a call must stay attached to its message.
+    """
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        prev = out[-1] if out else None
+        if (prev is not None and prev["role"] == m["role"] and m["role"] in ("system", "user", "assistant")
+                and not prev.get("tool_calls") and not m.get("tool_calls")):
+            joined = "\n\n".join(p for p in (prev.get("content") or "", m.get("content") or "") if p)
+            out[-1] = {**prev, "content": joined}
+        else:
+            out.append(m)
+    return out

@@ -1,0 +1,1 @@
+"""serve: the OpenAI-compatible HTTP stage. Records turns; imports no other stage."""

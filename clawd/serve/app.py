@@ -1,0 +1,190 @@
+"""The HTTP surface: OpenAI-compatible routes, server-sent events, auth, OpenAI-style errors."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import protocol
+from .chat import ChatService, Event, Prepared
+
+log = logging.getLogger("clawd.serve")
+
+
+def _error(e: protocol.ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+class _Guard:
+    """Plain ASGI middleware (streaming and disconnects pass through untouched): the API key on
+    every route but /health, compared in constant time; bodies over the limit refused early."""
+
+    def __init__(self, app, api_key: str | None, max_body: int):
+        self.app, self.api_key, self.max_body = app, api_key, max_body
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        err = None
+        if self.api_key and scope["path"] != "/health":
+            given = headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, f"Bearer {self.api_key}".encode()):
+                err = protocol.ApiError(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.",
+                                        code="invalid_api_key")
+        length = headers.get("content-length", "")
+        if err is None and length.isdigit() and int(length) > self.max_body:
+            err = protocol.ApiError(413, f"Request body is larger than {self.max_body} bytes (setting max_body_bytes).",
+                                    code="request_too_large")
+        if err is not None:
+            return await _error(err)(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+def create_app(daemon: Any) -> FastAPI:
+    """`daemon` carries settings, engine, store and chat (see clawd.daemon.Daemon)."""
+    app = FastAPI(title="clawd", version="0.1.0")
+    app.state.daemon = daemon
+    settings = daemon.settings
+
+    app.add_middleware(_Guard, api_key=settings.api_key, max_body=settings.max_body_bytes)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        msg = f"{request.method} {request.url.path}: {exc.detail}"
+        return _error(protocol.ApiError(exc.status_code, msg, code=code))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        return _error(protocol.ApiError(400, f"Invalid request: {exc.errors()[0].get('msg')}"))
+
+    @app.exception_handler(protocol.ApiError)
+    async def api_error(request: Request, exc: protocol.ApiError):
+        return _error(exc)
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return _error(protocol.ApiError(500, "Internal error; see the daemon log.", type="server_error"))
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [
+            {"id": settings.model_id, "object": "model", "created": int(daemon.started), "owned_by": "clawd",
+             "context_length": daemon.engine.n_ctx}]}
+
+    @app.get("/v1/clawd/status")
+    async def status():
+        return daemon.status()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+            raise protocol.ApiError(415, f"Unsupported content type '{ctype}': send application/json.")
+        raw = await request.body()
+        if len(raw) > settings.max_body_bytes:
+            raise protocol.ApiError(413, f"Request body is larger than {settings.max_body_bytes} bytes.",
+                                    code="request_too_large")
+        req = protocol.parse_request(raw)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        chat: ChatService = daemon.chat
+        # Tokenizing a long prompt takes a while; keep the event loop free meanwhile.
+        prepared = await asyncio.to_thread(chat.prepare, req, headers)
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return StreamingResponse(_sse(chat, prepared, include_usage, settings.model_id),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await _complete(chat, prepared, request, settings.model_id)
+
+    return app
+
+
+def _start(chat: ChatService, p: Prepared) -> tuple[asyncio.Queue, threading.Event]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    cancel = threading.Event()
+    threading.Thread(target=chat.run, args=(p, lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev), cancel),
+                     name=f"turn-{p.turn.id}", daemon=True).start()
+    return queue, cancel
+
+
+def _chunk(p: Prepared, model: str, delta: dict | None, finish: str | None = None, usage: dict | None = None) -> str:
+    body: dict[str, Any] = {"id": p.turn.completion_id, "object": "chat.completion.chunk", "created": p.created,
+                            "model": model, "system_fingerprint": None,
+                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
+                                                                  "finish_reason": finish}]}
+    if usage is not None:
+        body["usage"] = usage
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+async def _sse(chat: ChatService, p: Prepared, include_usage: bool, model: str) -> AsyncIterator[str]:
+    queue, cancel = _start(chat, p)
+    try:
+        yield _chunk(p, model, {"role": "assistant", "content": ""})
+        while True:
+            ev = await queue.get()
+            if ev.kind == "content":
+                yield _chunk(p, model, {"content": ev.text})
+            elif ev.kind == "tool_calls":
+                for i, c in enumerate(ev.calls):
+                    yield _chunk(p, model, {"tool_calls": [{"index": i, **c.to_openai()}]})
+            elif ev.kind == "error":
+                err = protocol.ApiError(500, ev.text, type="server_error")
+                yield f"data: {json.dumps(err.body())}\n\n"
+                return
+            elif ev.kind == "done":
+                yield _chunk(p, model, {}, finish=ev.finish)
+                if include_usage:
+                    yield _chunk(p, model, None, usage=ev.usage)
+                yield "data: [DONE]\n\n"
+                return
+    finally:
+        cancel.set()  # the client left (or we finished): stop decoding at the next token
+
+
+async def _complete(chat: ChatService, p: Prepared, request: Request, model: str) -> JSONResponse:
+    queue, cancel = _start(chat, p)
+    content, calls, done = "", [], None
+    while done is None:
+        try:
+            ev = await asyncio.wait_for(queue.get(), timeout=0.5)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                cancel.set()
+            continue
+        if ev.kind == "content":
+            content += ev.text
+        elif ev.kind == "tool_calls":
+            calls = [c.to_openai() for c in ev.calls]
+        elif ev.kind == "error":
+            raise protocol.ApiError(500, ev.text, type="server_error")
+        elif ev.kind == "done":
+            done = ev
+    message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
+    if calls:
+        message["tool_calls"] = calls
+    return JSONResponse({
+        "id": p.turn.completion_id, "object": "chat.completion", "created": p.created, "model": model,
+        "system_fingerprint": None,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": done.finish}],
+        "usage": done.usage,
+    })

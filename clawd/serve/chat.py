@@ -1,0 +1,202 @@
+"""One chat completion from request to recorded turn.
+
+`prepare` validates, renders, tokenizes and checks the context (every failure a 4xx before
+anything is written), then links the session and records the turn as 'running'. `run`
+generates in a worker thread, emitting content and tool-call events as they become safe to
+send, and writes the finished turn before it emits `done`: nothing a client was answered is
+missing from the database.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat_template import TemplateError
+from ..config import Settings
+from ..engine import Engine, GenInfo, Sampling
+from ..records import ToolCall, Turn
+from ..store import Store
+from . import protocol, sessions, tools
+
+log = logging.getLogger("clawd.serve")
+
+
+@dataclass
+class Event:
+    kind: str  # "content" | "tool_calls" | "done" | "error"
+    text: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+@dataclass
+class Prepared:
+    turn: Turn
+    sampling: Sampling
+    stops: list[str]
+    offered: set[str]  # tool names whose calls are parsed out of the text
+    forced: bool  # tool_choice required / named: the grammar makes the whole answer a call
+    created: int
+    close_session: bool
+
+
+class ChatService:
+    def __init__(self, engine: Engine, store: Store, settings: Settings):
+        self.engine, self.store, self.settings = engine, store, settings
+        self.in_flight = 0  # requests generating or waiting for the engine (idle detection reads it)
+        self.last_activity = time.time()
+        self._count_lock = threading.Lock()
+
+    def prepare(self, req: protocol.ChatRequest, headers: dict[str, str]) -> Prepared:
+        messages = protocol.normalize_messages(req)
+        tool_list = protocol.tools_of(req)
+        choice = req.tool_choice or ("auto" if tool_list else "none")
+        named = choice.function.name if isinstance(choice, protocol.NamedChoice) else None
+        if choice == "required" or named is not None:
+            if not tool_list:
+                raise protocol.ApiError(400, "tool_choice requires tools.", param="tool_choice")
+            if named is not None and named not in {t["function"]["name"] for t in tool_list}:
+                raise protocol.ApiError(400, f"tool_choice names '{named}', which is not among the tools.", param="tool_choice")
+        use_tools = tool_list if choice != "none" else []
+        forced = bool(use_tools) and (choice == "required" or named is not None)
+        try:
+            prompt_text = self.engine.template.render(messages, use_tools or None)
+        except TemplateError as e:
+            raise protocol.ApiError(400, str(e), param="messages") from None
+        prompt = self.engine.tokenize(prompt_text)
+        max_tokens = protocol.max_tokens_of(req, self.settings.default_max_tokens)
+        if len(prompt) >= self.engine.n_ctx:
+            raise protocol.context_error(self.engine.n_ctx, len(prompt), max_tokens)
+        sampling = Sampling(
+            temperature=0.8 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            seed=req.seed, max_tokens=max_tokens,
+            grammar=tools.forced_call_grammar(use_tools, named) if forced else None,
+        )
+        stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+
+        kind = sessions.classify(messages, bool(tool_list), headers.get("x-turn-type"))
+        link = sessions.link(self.store, messages, kind, headers.get("x-session-id"))
+        if link.next_state is not None and self.store.add_next_state(link.next_state):
+            log.info("turn %d got its next state (%s)", link.next_state.turn_id, link.next_state.role)
+        turn = Turn(
+            session_id=link.session_id, index=self.store.next_index(link.session_id), kind=kind,
+            completion_id="chatcmpl-" + secrets.token_hex(12),
+            request={"messages": [m.model_dump(exclude_none=True) for m in req.messages],
+                     "tools": tool_list, "tool_choice": choice if isinstance(choice, str) else choice.model_dump(),
+                     "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": req.seed,
+                     "max_tokens": max_tokens, "stop": stops, "stream": req.stream},
+            prompt_ids=prompt, adapter_version=getattr(self.engine, "adapter_version", None),
+        )
+        self.store.insert_turn(turn)
+        log.info("turn %d (session %d, #%d, %s): %d prompt tokens", turn.id, turn.session_id, turn.index, kind, len(prompt))
+        return Prepared(turn, sampling, stops, {t["function"]["name"] for t in use_tools}, forced,
+                        int(time.time()), headers.get("x-session-done", "").lower() in ("1", "true", "yes"))
+
+    def run(self, p: Prepared, emit: Callable[[Event], None], cancel: threading.Event) -> Turn:
+        """Generate, emit, record. Blocking: call it in a worker thread."""
+        with self._count_lock:
+            self.in_flight += 1
+        try:
+            return self._run(p, emit, cancel)
+        finally:
+            with self._count_lock:
+                self.in_flight -= 1
+                self.last_activity = time.time()
+
+    def _run(self, p: Prepared, emit: Callable[[Event], None], cancel: threading.Event) -> Turn:
+        turn, info = p.turn, GenInfo()
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text, sent = "", 0
+        stop_hit = False
+        t_queued = time.perf_counter()
+        t_first = None
+        try:
+            with self.engine.lock.user():
+                t_start = time.perf_counter()
+                gen = self.engine.generate(turn.prompt_ids, p.sampling, info)
+                try:
+                    for step in gen:
+                        if t_first is None:
+                            t_first = time.perf_counter()
+                        turn.completion_ids.append(step.token)
+                        turn.logprobs.append(step.logprob)
+                        text += decoder.decode(step.piece)
+                        if p.stops:
+                            cut = min((i for i in (text.find(s, max(0, sent - len(s))) for s in p.stops) if i >= 0), default=-1)
+                            if cut >= 0:
+                                text, stop_hit = text[:cut], True
+                        safe = len(text)
+                        if p.stops and not stop_hit:
+                            safe -= tools.partial_suffix(text, p.stops)
+                        if p.forced:
+                            safe = 0
+                        elif p.offered:
+                            safe = min(safe, tools.hold_from(text))
+                        if safe > sent:
+                            emit(Event("content", text=text[sent:safe]))
+                            sent = safe
+                        if stop_hit or cancel.is_set():
+                            break
+                finally:
+                    gen.close()
+            if not stop_hit:
+                text += decoder.decode(b"", final=True)
+            content, calls = tools.parse_tool_calls(text, p.offered)
+            if calls:
+                turn.finish_reason = "tool_calls"
+            else:
+                content = text
+                turn.finish_reason = "stop" if stop_hit else info.finish
+            if len(content) > sent:
+                emit(Event("content", text=content[sent:]))
+            turn.text, turn.tool_calls = content, calls
+            turn.status = "aborted" if cancel.is_set() else "ok"
+        except Exception as e:  # the engine failed mid-answer: record it, tell the client, keep serving
+            log.exception("generation failed for turn %s", turn.id)
+            turn.text, turn.status, turn.finish_reason = text, "error", "error"
+            self._record(turn, info, t_queued, t_start if "t_start" in locals() else None, t_first, p)
+            emit(Event("error", text=f"generation failed: {e}"))
+            return turn
+        self._record(turn, info, t_queued, t_start, t_first, p)
+        if calls:
+            emit(Event("tool_calls", calls=calls))
+        emit(Event("done", finish=turn.finish_reason, usage=self.usage(turn, info)))
+        return turn
+
+    def _record(self, turn: Turn, info: GenInfo, t_queued: float, t_start: float | None, t_first: float | None,
+                p: Prepared) -> None:
+        end = time.perf_counter()
+        start = t_start or end
+        turn.timings = {
+            "queued_s": round(start - t_queued, 4),
+            "first_token_s": round((t_first or end) - start, 4),
+            "total_s": round(end - start, 4),
+            "prompt_tokens": info.n_prompt, "cached_tokens": info.n_cached,
+            "evaluated_prompt_tokens": info.n_prompt - info.n_cached,
+            "completion_tokens": len(turn.completion_ids),
+        }
+        if t_first and len(turn.completion_ids) > 1:
+            turn.timings["tokens_per_s"] = round((len(turn.completion_ids) - 1) / max(end - t_first, 1e-9), 2)
+        self.store.finish_turn(turn)
+        self.store.touch_session(turn.session_id, closed=p.close_session)
+        log.info("turn %d %s: %d tokens, %s, %.2fs", turn.id, turn.status, len(turn.completion_ids),
+                 turn.finish_reason, turn.timings["total_s"])
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("turn %d text: %r", turn.id, turn.text)
+
+    @staticmethod
+    def usage(turn: Turn, info: GenInfo) -> dict[str, Any]:
+        return {
+            "prompt_tokens": len(turn.prompt_ids), "completion_tokens": len(turn.completion_ids),
+            "total_tokens": len(turn.prompt_ids) + len(turn.completion_ids),
+            "prompt_tokens_details": {"cached_tokens": info.n_cached},
+        }

