@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from jinja2 import StrictUndefined, Undefined
+from jinja2 import Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"

@@ -7,7 +7,6 @@ import hmac
 import json
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 

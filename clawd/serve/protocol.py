@@ -106,6 +106,8 @@ def parse_request(raw: bytes) -> ChatRequest:
         data = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
         raise ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "The request body is nested too deeply.") from None
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     try:

@@ -1,0 +1,130 @@
+"""The official openai client against a live daemon on the bundled model."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import httpx
+
+from conftest import Daemon
+
+TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                       "required": ["city", "unit"]},
+    },
+}, {
+    "type": "function",
+    "function": {"name": "exec", "description": "Run a shell command.",
+                 "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
+}]
+HELLO = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Say hello in one sentence."}]
+
+
+def test_streaming_with_usage(daemon: Daemon):
+    stream = daemon.client().chat.completions.create(
+        model="clawd", messages=HELLO, stream=True, stream_options={"include_usage": True}, max_completion_tokens=24)
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    usage = chunks[-1]
+    assert usage.choices == [] and usage.usage is not None
+    content_chunks = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(content_chunks) > 3, "streamed token by token, not in one piece"
+    assert finishes in (["stop"], ["length"])
+    row = daemon.turn(chunks[0].id)
+    assert row["status"] == "ok" and row["text"] == text
+    assert usage.usage.completion_tokens == len(row["completion_ids"]) // 4 > 0
+    assert usage.usage.prompt_tokens == len(row["prompt_ids"]) // 4
+    assert len(row["logprobs"]) // 4 == usage.usage.completion_tokens
+
+
+def test_non_streaming_and_logprobs_recorded(daemon: Daemon):
+    r = daemon.client().chat.completions.create(model="clawd", messages=HELLO, max_tokens=16, temperature=0)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content
+    row = daemon.turn(r.id)
+    from array import array
+
+    lp = array("f")
+    lp.frombytes(row["logprobs"])
+    assert len(lp) == r.usage.completion_tokens and all(x <= 0 for x in lp)
+    assert row["finish_reason"] == r.choices[0].finish_reason
+
+
+def test_seed_and_stop(daemon: Daemon):
+    c = daemon.client()
+    a = c.chat.completions.create(model="clawd", messages=HELLO, max_tokens=20, temperature=0.9, seed=7)
+    b = c.chat.completions.create(model="clawd", messages=HELLO, max_tokens=20, temperature=0.9, seed=7)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    full = c.chat.completions.create(model="clawd", messages=HELLO, max_tokens=20, temperature=0).choices[0].message.content
+    word = full.split()[2]
+    cut = c.chat.completions.create(model="clawd", messages=HELLO, max_tokens=20, temperature=0, stop=[word])
+    assert cut.choices[0].finish_reason == "stop"
+    assert word not in cut.choices[0].message.content
+    assert full.startswith(cut.choices[0].message.content)
+
+
+def test_max_completion_tokens_limits(daemon: Daemon):
+    r = daemon.client().chat.completions.create(
+        model="clawd", messages=[{"role": "user", "content": "Write a long story about a cat."}], max_completion_tokens=5)
+    assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
+
+
+def test_forced_tool_call_named(daemon: Daemon):
+    r = daemon.client().chat.completions.create(
+        model="clawd", messages=[{"role": "system", "content": "You help."}, {"role": "user", "content": "Weather in Paris?"}],
+        tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=120, temperature=0)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    args = json.loads(call.function.arguments)
+    assert set(args) >= {"city", "unit"} and args["unit"] in ("c", "f")
+    row = daemon.turn(r.id)
+    assert json.loads(row["tool_calls"])[0]["name"] == "get_weather"
+
+
+def test_forced_tool_call_required_streams_delta(daemon: Daemon):
+    stream = daemon.client().chat.completions.create(
+        model="clawd", messages=[{"role": "system", "content": "You help."}, {"role": "user", "content": "List files in /tmp"}],
+        tools=TOOLS, tool_choice="required", max_tokens=120, temperature=0, stream=True)
+    chunks = list(stream)
+    deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert deltas and deltas[0].function.name in ("get_weather", "exec")
+    json.loads(deltas[0].function.arguments)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_tool_choice_none_gives_text(daemon: Daemon):
+    r = daemon.client().chat.completions.create(model="clawd", messages=HELLO, tools=TOOLS, tool_choice="none", max_tokens=12)
+    assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_models_health_status(daemon: Daemon):
+    models = daemon.client().models.list()
+    assert [m.id for m in models.data] == ["clawd"]
+    assert httpx.get(daemon.url + "/health").json() == {"status": "ok"}
+    st = httpx.get(daemon.url + "/v1/clawd/status").json()
+    assert st["up"] and st["model"]["context"] == 8192 and st["turns"]["turns"] >= 0
+
+
+def test_prefix_cache_reused(daemon: Daemon):
+    c = daemon.client()
+    msgs = [{"role": "system", "content": "You are a careful assistant. " * 40}, {"role": "user", "content": "Hi"}]
+    c.chat.completions.create(model="clawd", messages=msgs, max_tokens=4)
+    msgs2 = msgs[:1] + [{"role": "user", "content": "Hello there"}]
+    r = c.chat.completions.create(model="clawd", messages=msgs2, max_tokens=4)
+    timings = json.loads(daemon.turn(r.id)["timings"])
+    assert timings["cached_tokens"] > 200
+    assert timings["evaluated_prompt_tokens"] < 20
+    assert r.usage.prompt_tokens_details.cached_tokens == timings["cached_tokens"]
+
+
+def test_home_is_private(daemon: Daemon):
+    assert stat.S_IMODE(daemon.home.stat().st_mode) == 0o700
+    assert stat.S_IMODE(daemon.db.stat().st_mode) == 0o600
