@@ -72,3 +72,35 @@ def output_key(text: str, calls: list[tuple[str, str]]) -> str:
         canon.append([name, args])
     blob = json.dumps([text.strip(), canon], ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass
+class Vote:
+    kind: Literal["eval", "hint"]
+    raw: str  # the judge's whole answer
+    value: int | None  # parsed \boxed{} value; None = a failed vote
+    hint: str | None = None
+
+
+@dataclass
+class Judgment:
+    """The judge's verdict on one main turn, from its next state."""
+
+    turn_id: int
+    method: Literal["vote", "score"]
+    score: int  # -1, 0 or +1
+    judge_model: str
+    votes: list[Vote] = field(default_factory=list)
+    probs: dict[str, float] | None = None  # method 'score': P(verdict) for "1", "-1", "0"
+    hint: str | None = None  # for OPD; None when no vote revealed a better answer
+    judge_adapter: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Feedback:
+    """Explicit feedback from the user on a turn; overrides the judge's score for training."""
+
+    turn_id: int
+    score: int  # -1 or +1
+    comment: str | None = None

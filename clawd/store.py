@@ -16,7 +16,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from .records import NextState, ToolCall, Turn
+from .records import Feedback, Judgment, NextState, ToolCall, Turn, Vote
 
 # Append only: a released migration is never edited, a change is a new entry.
 MIGRATIONS: list[tuple[str, str]] = [
@@ -56,6 +56,55 @@ MIGRATIONS: list[tuple[str, str]] = [
             role TEXT NOT NULL CHECK (role IN ('user', 'tool')),
             content TEXT NOT NULL,
             messages TEXT NOT NULL,
+            created REAL NOT NULL
+        );
+        """,
+    ),
+    (
+        "002_judgments_feedback_training",
+        """
+        CREATE TABLE judgments (
+            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),   -- a turn is judged exactly once
+            method TEXT NOT NULL CHECK (method IN ('vote', 'score')),
+            score INTEGER NOT NULL CHECK (score IN (-1, 0, 1)),
+            votes TEXT NOT NULL DEFAULT '[]',  -- JSON: [{"kind": "eval"|"hint", "raw": str, "value": int|null}]
+            probs TEXT,                        -- JSON: {"1": p, "-1": p, "0": p} for method 'score'
+            hint TEXT,                         -- chosen OPD hint, or NULL
+            judge_model TEXT NOT NULL,
+            judge_adapter INTEGER,             -- NULL: base weights
+            timings TEXT NOT NULL DEFAULT '{}',
+            created REAL NOT NULL
+        );
+        CREATE TABLE feedback (
+            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),   -- the latest explicit feedback wins
+            score INTEGER NOT NULL CHECK (score IN (-1, 1)),
+            comment TEXT,
+            created REAL NOT NULL
+        );
+        CREATE TABLE train_runs (
+            id INTEGER PRIMARY KEY,
+            method TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+            turn_ids TEXT NOT NULL DEFAULT '[]',
+            adapter_version INTEGER,           -- what it produced
+            parent_version INTEGER,            -- what it continued from
+            metrics TEXT NOT NULL DEFAULT '{}',
+            error TEXT,
+            started REAL NOT NULL,
+            finished REAL
+        );
+        CREATE TABLE train_uses (              -- which turns a finished run consumed
+            turn_id INTEGER NOT NULL REFERENCES turns(id),
+            run_id INTEGER NOT NULL REFERENCES train_runs(id),
+            PRIMARY KEY (turn_id, run_id)
+        );
+        CREATE TABLE adapters (
+            version INTEGER PRIMARY KEY,
+            path TEXT NOT NULL,
+            parent INTEGER,
+            status TEXT NOT NULL CHECK (status IN ('trained', 'published', 'rejected', 'retired')),
+            gate TEXT,                         -- JSON gate results
+            meta TEXT NOT NULL DEFAULT '{}',
             created REAL NOT NULL
         );
         """,
@@ -207,12 +256,57 @@ class Store:
         r = rows[0]
         return NextState(turn_id=r["turn_id"], role=r["role"], content=r["content"], messages=json.loads(r["messages"]))
 
+    # -- judgments and feedback ----------------------------------------------------------------
+    def unjudged_turns(self, limit: int = 100) -> list[Turn]:
+        """Main turns that finished, have a next state and no judgment yet, oldest first."""
+        rows = self._read(
+            "SELECT t.* FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"
+            " WHERE t.kind = 'main' AND t.status = 'ok' AND j.turn_id IS NULL ORDER BY t.id LIMIT ?", (limit,))
+        return [self._turn(r) for r in rows]
+
+    def add_judgment(self, j: Judgment) -> bool:
+        """Store a verdict; False when the turn was already judged (it is judged exactly once)."""
+        cur = self._write(
+            "INSERT OR IGNORE INTO judgments (turn_id, method, score, votes, probs, hint, judge_model, judge_adapter,"
+            " timings, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (j.turn_id, j.method, j.score, json.dumps([v.__dict__ for v in j.votes]),
+             json.dumps(j.probs) if j.probs is not None else None, j.hint, j.judge_model, j.judge_adapter,
+             json.dumps(j.timings), time.time()),
+        )
+        return cur.rowcount == 1
+
+    def judgment(self, turn_id: int) -> Judgment | None:
+        rows = self._read("SELECT * FROM judgments WHERE turn_id = ?", (turn_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return Judgment(turn_id=r["turn_id"], method=r["method"], score=r["score"], judge_model=r["judge_model"],
+                        votes=[Vote(**v) for v in json.loads(r["votes"])],
+                        probs=json.loads(r["probs"]) if r["probs"] else None, hint=r["hint"],
+                        judge_adapter=r["judge_adapter"], timings=json.loads(r["timings"]))
+
+    def turn_by_completion_id(self, completion_id: str) -> Turn | None:
+        rows = self._read("SELECT * FROM turns WHERE completion_id = ?", (completion_id,))
+        return self._turn(rows[0]) if rows else None
+
+    def set_feedback(self, f: Feedback) -> None:
+        self._write(
+            "INSERT INTO feedback (turn_id, score, comment, created) VALUES (?, ?, ?, ?) ON CONFLICT(turn_id) DO UPDATE"
+            " SET score = excluded.score, comment = excluded.comment, created = excluded.created",
+            (f.turn_id, f.score, f.comment, time.time()),
+        )
+
+    def feedback(self, turn_id: int) -> Feedback | None:
+        rows = self._read("SELECT * FROM feedback WHERE turn_id = ?", (turn_id,))
+        return Feedback(turn_id=rows[0]["turn_id"], score=rows[0]["score"], comment=rows[0]["comment"]) if rows else None
+
     # -- status -------------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         r = self._read(
             "SELECT COUNT(*) AS turns, SUM(kind = 'main') AS main, SUM(kind = 'side') AS side,"
             " SUM(status = 'aborted') AS aborted, SUM(status = 'error') AS errors,"
             " (SELECT COUNT(*) FROM next_states) AS with_next_state,"
+            " (SELECT COUNT(*) FROM judgments) AS judged, (SELECT COUNT(*) FROM feedback) AS feedback,"
             " (SELECT COUNT(*) FROM sessions) AS sessions FROM turns"
         )[0]
         return {k: int(r[k] or 0) for k in r.keys()}
