@@ -105,6 +105,70 @@ def cmd_config(ns: argparse.Namespace) -> None:
     print(f"{ns.action} {ns.key} in {path}")
 
 
+def cmd_install_service(ns: argparse.Namespace) -> None:
+    from . import ops
+
+    settings = _settings(ns)
+    ops.install_service(settings, system=ns.system, start=not ns.no_start)
+    print("clawd now starts at login; `clawd status` shows it, `clawd logs` follows it.")
+
+
+def cmd_uninstall_service(ns: argparse.Namespace) -> None:
+    from . import ops
+
+    ops.uninstall_service(system=ns.system)
+
+
+def _trained_context(model: Path) -> int:
+    from llama_cpp import Llama
+
+    meta = Llama(str(model), vocab_only=True, verbose=False).metadata  # reads the header only
+    return int(meta[f"{meta['general.architecture']}.context_length"])
+
+
+def cmd_openclaw_config(ns: argparse.Namespace) -> None:
+    import httpx
+
+    from . import ops
+
+    settings = _settings(ns)
+    try:
+        ctx = _get(settings, "/v1/clawd/status")["model"]["context"]
+    except httpx.HTTPError:
+        ctx = settings.ctx or _trained_context(settings.resolved_model())
+        print(f"(daemon not running: contextWindow {ctx} from the settings and the model file)", file=sys.stderr)
+    block = ops.provider_block(settings, ctx)
+    if not ns.write:
+        print(json.dumps(block, indent=2))
+        return
+    path = Path(ns.path).expanduser()
+    backup = ops.write_openclaw_config(block, path)
+    print(f"merged the clawd provider into {path}" + (f" (backup: {backup})" if backup else ""))
+
+
+def cmd_logs(ns: argparse.Namespace) -> None:
+    import time
+
+    path = _settings(ns).home / "clawd.log"
+    if not path.exists():
+        sys.exit(f"no log yet at {path}: start the daemon with `clawd serve`")
+    with path.open() as f:
+        lines = f.readlines()
+        sys.stdout.writelines(lines[-ns.lines:])
+        if not ns.follow:
+            return
+        try:
+            while True:
+                line = f.readline()
+                if line:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                else:
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clawd", description="A local model daemon that learns from being used.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +187,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", nargs="?")
     p.add_argument("value", nargs="?")
     p.set_defaults(func=cmd_config)
+    for name, func, text in (("install-service", cmd_install_service, "start clawd at login (systemd user unit / LaunchAgent)"),
+                             ("uninstall-service", cmd_uninstall_service, "remove the service unit")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--system", action="store_true", help="system-wide unit instead of the user's (needs root)")
+        p.add_argument("--user", dest="system", action="store_false", help="the user's unit (default)")
+        if name == "install-service":
+            p.add_argument("--no-start", action="store_true", help="write the unit only")
+            _add_settings_flags(p)
+        p.set_defaults(func=func)
+    p = sub.add_parser("openclaw-config", help="print (or --write) the OpenClaw provider block for this daemon")
+    p.add_argument("--write", action="store_true", help="merge it into the OpenClaw config, keeping a backup")
+    p.add_argument("--path", default="~/.openclaw/openclaw.json", help="OpenClaw config file")
+    _add_settings_flags(p)
+    p.set_defaults(func=cmd_openclaw_config)
+    p = sub.add_parser("logs", help="show the daemon's log")
+    p.add_argument("-f", "--follow", action="store_true", help="keep following")
+    p.add_argument("-n", "--lines", type=int, default=50)
+    p.set_defaults(func=cmd_logs)
     return parser
 
 

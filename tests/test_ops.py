@@ -1,0 +1,58 @@
+"""Service units and the OpenClaw provider block."""
+
+from __future__ import annotations
+
+import json
+import plistlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from clawd import ops
+from clawd.config import Settings
+
+
+def test_systemd_unit_renders_and_verifies(tmp_path):
+    text = ops.render_unit("systemd", Settings(home=tmp_path / "h"))
+    assert f"ExecStart={sys.executable} -m clawd serve" in text and "Restart=always" in text and "@" not in text.replace("@PYTHON@", "")
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed")
+    unit = tmp_path / "clawd.service"
+    unit.write_text(text)
+    r = subprocess.run(["systemd-analyze", "verify", "--user", str(unit)], capture_output=True, text=True)
+    problems = [line for line in r.stderr.splitlines() if "clawd.service" in line]
+    assert not problems, r.stderr
+
+
+def test_launchd_plist_parses(tmp_path):
+    plist = plistlib.loads(ops.render_unit("launchd", Settings(home=tmp_path / "h")).encode())
+    assert plist["KeepAlive"] is True and plist["ProgramArguments"][:3] == [sys.executable, "-m", "clawd"]
+    assert plist["EnvironmentVariables"]["CLAWD_HOME"] == str(tmp_path / "h")
+
+
+def test_openclaw_config_merges_and_backs_up(tmp_path):
+    path = tmp_path / "openclaw.json"
+    path.write_text(json.dumps({"models": {"providers": {"other": {"baseUrl": "x"}}}, "channels": {"telegram": {}}}))
+    block = ops.provider_block(Settings(port=9999, api_key="k"), context_window=32768)
+    backup = ops.write_openclaw_config(block, path)
+    merged = json.loads(path.read_text())
+    assert set(merged["models"]["providers"]) == {"other", "clawd"} and "channels" in merged
+    p = merged["models"]["providers"]["clawd"]
+    assert p["baseUrl"] == "http://127.0.0.1:9999/v1" and p["apiKey"] == "k" and p["timeoutSeconds"] >= 600
+    assert p["models"][0]["contextWindow"] == 32768 and merged["agents"]["defaults"]["model"]["primary"] == "clawd/clawd"
+    assert json.loads(backup.read_text())["channels"] == {"telegram": {}}
+
+
+def test_cli_openclaw_config_without_daemon_reads_model_context(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "clawd", "openclaw-config", "--port", "1"],
+                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["models"]["providers"]["clawd"]["models"][0]["contextWindow"] == 8192
+
+
+def test_status_when_down_says_how_to_start(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "clawd", "status", "--port", "1"],
+                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "clawd serve" in r.stdout
