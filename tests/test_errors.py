@@ -126,3 +126,23 @@ def test_non_loopback_without_key_refused(fresh_home):
     p = subprocess.run([sys.executable, "-m", "clawd", "serve", "--host", "0.0.0.0", "--port", "1"],
                        env={"CLAWD_HOME": str(fresh_home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "without an API key" in p.stderr
+
+
+def test_full_queue_gets_503_with_retry_after(fresh_home):
+    import threading
+
+    d = Daemon(fresh_home, "--max-queue", "0").start()
+    try:
+        body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400}
+        first = threading.Thread(target=httpx.post, args=(d.url + "/v1/chat/completions",), kwargs={"json": body, "timeout": 120})
+        first.start()
+        deadline = time.time() + 30
+        while time.time() < deadline and httpx.get(d.url + "/v1/clawd/status").json()["in_flight"] == 0:
+            time.sleep(0.05)
+        r = httpx.post(d.url + "/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"]["code"] == "queue_full"
+        first.join()
+        r = httpx.post(d.url + "/v1/chat/completions", json={**body, "max_tokens": 2}, timeout=60)
+        assert r.status_code == 200
+    finally:
+        d.stop()

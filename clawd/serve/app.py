@@ -104,11 +104,21 @@ def create_app(daemon: Any) -> FastAPI:
         req = protocol.parse_request(raw)
         headers = {k.lower(): v for k, v in request.headers.items()}
         chat: ChatService = daemon.chat
-        # Tokenizing a long prompt takes a while; keep the event loop free meanwhile.
-        prepared = await asyncio.to_thread(chat.prepare, req, headers)
+        if not chat.admit():
+            raise protocol.ApiError(503, f"clawd is busy: {chat.in_flight} requests are already queued "
+                                         "(setting max_queue). Retry shortly.", type="server_error",
+                                    code="queue_full", headers={"Retry-After": "2"})
+        try:
+            # Tokenizing a long prompt takes a while; keep the event loop free meanwhile.
+            prepared = await asyncio.to_thread(chat.prepare, req, headers)
+        except BaseException:
+            chat.release()
+            raise
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(_sse(chat, prepared, include_usage, settings.model_id),
+            # The worker starts here, not inside the generator: it must run (and release its
+            # admission) even if the client vanishes before the response body is iterated.
+            return StreamingResponse(_sse(prepared, *_start(chat, prepared), include_usage, settings.model_id),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         return await _complete(chat, prepared, request, settings.model_id)
@@ -135,8 +145,8 @@ def _chunk(p: Prepared, model: str, delta: dict | None, finish: str | None = Non
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
-async def _sse(chat: ChatService, p: Prepared, include_usage: bool, model: str) -> AsyncIterator[str]:
-    queue, cancel = _start(chat, p)
+async def _sse(p: Prepared, queue: asyncio.Queue, cancel: threading.Event, include_usage: bool,
+               model: str) -> AsyncIterator[str]:
     try:
         yield _chunk(p, model, {"role": "assistant", "content": ""})
         while True:

@@ -51,9 +51,23 @@ class Prepared:
 class ChatService:
     def __init__(self, engine: Engine, store: Store, settings: Settings):
         self.engine, self.store, self.settings = engine, store, settings
-        self.in_flight = 0  # requests generating or waiting for the engine (idle detection reads it)
+        self.in_flight = 0  # admitted requests, generating or waiting for the engine (idle detection reads it)
         self.last_activity = time.time()
         self._count_lock = threading.Lock()
+
+    def admit(self) -> bool:
+        """Take a place in the bounded queue; False when it is full (the client gets 503 + Retry-After)."""
+        with self._count_lock:
+            if self.in_flight > self.settings.max_queue:
+                return False
+            self.in_flight += 1
+            self.last_activity = time.time()
+            return True
+
+    def release(self) -> None:
+        with self._count_lock:
+            self.in_flight -= 1
+            self.last_activity = time.time()
 
     def prepare(self, req: protocol.ChatRequest, headers: dict[str, str]) -> Prepared:
         messages = protocol.normalize_messages(req)
@@ -102,15 +116,11 @@ class ChatService:
                         int(time.time()), headers.get("x-session-done", "").lower() in ("1", "true", "yes"))
 
     def run(self, p: Prepared, emit: Callable[[Event], None], cancel: threading.Event) -> Turn:
-        """Generate, emit, record. Blocking: call it in a worker thread."""
-        with self._count_lock:
-            self.in_flight += 1
+        """Generate, emit, record. Blocking: call it in a worker thread. Releases the admission."""
         try:
             return self._run(p, emit, cancel)
         finally:
-            with self._count_lock:
-                self.in_flight -= 1
-                self.last_activity = time.time()
+            self.release()
 
     def _run(self, p: Prepared, emit: Callable[[Event], None], cancel: threading.Event) -> Turn:
         turn, info = p.turn, GenInfo()
