@@ -52,7 +52,7 @@ def messages(i: int) -> list[dict]:
     return [{"role": "user", "content": PROMPT.format(i=i)}]
 
 
-def raw_bench(model: Path, args) -> list[dict]:
+def raw_runner(model: Path, args):
     """(a) In-process `Llama.generate`, sampling as clawd's engine sets it for temperature 0."""
     import llama_cpp
     from llama_cpp import Llama
@@ -60,12 +60,12 @@ def raw_bench(model: Path, args) -> list[dict]:
 
     llm = Llama(model_path=str(model), n_ctx=N_CTX, n_threads=args.threads, n_threads_batch=args.threads,
                 n_batch=512, n_ubatch=512, verbose=False)
-    piece = lambda t: llm.detokenize([t], special=True).decode("utf-8", "replace")  # noqa: E731
+    piece = lambda t: llm.detokenize([t], special=True).decode("utf-8", "replace")
     fmt = Jinja2ChatFormatter(llm.metadata["tokenizer.chat_template"], eos_token=piece(llm.token_eos()),
                               bos_token=piece(llm.token_bos()))
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    runs = []
-    for i in range(-1, args.reps):  # rep -1 warms up
+
+    def run(i: int) -> dict:
         t0 = time.perf_counter()
         ids = llm.tokenize(fmt(messages=messages(i)).prompt.encode(), add_bos=True, special=True)
         if len(ids) > 1 and ids[0] == ids[1] == llm.token_bos():
@@ -77,10 +77,9 @@ def raw_bench(model: Path, args) -> list[dict]:
                 break
             times.append(time.perf_counter())
             out.append(tok)
-        if i >= 0:
-            runs.append(summarize(t0, times, len(out), len(ids), llm.detokenize(out).decode("utf-8", "replace")))
-    del llm
-    return runs
+        return summarize(t0, times, len(out), len(ids), llm.detokenize(out).decode("utf-8", "replace"))
+
+    return run, llm
 
 
 def summarize(t0: float, times: list[float], n: int, n_prompt: int | None, text: str) -> dict:
@@ -134,16 +133,12 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def http_bench(client: httpx.Client, port: int, args, extra: dict) -> list[dict]:
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    runs = []
-    for i in range(-1, args.reps):
+def http_runner(client: httpx.Client, port: int, args, extra: dict):
+    def run(i: int) -> dict:
         body = {"model": "clawd", "messages": messages(i), "stream": True, "stream_options": {"include_usage": True},
                 "temperature": 0, "seed": SEED, "max_tokens": args.max_tokens} | extra
-        r = stream_chat(client, url, body)
-        if i >= 0:
-            runs.append(r)
-    return runs
+        return stream_chat(client, f"http://127.0.0.1:{port}/v1/chat/completions", body)
+    return run
 
 
 def turn_timings(home: Path, completion_id: str) -> dict:
@@ -202,37 +197,48 @@ def main() -> None:
     print(f"model {model}, {args.reps} reps, {args.max_tokens} max tokens, {args.threads} threads, n_ctx {N_CTX}")
 
     results: dict = {"model": str(model), "reps": args.reps, "max_tokens": args.max_tokens, "threads": args.threads}
-    print("(a) raw llama-cpp-python ...", flush=True)
-    results["raw"] = raw_bench(Path(model), args)
-
     tmp = Path(tempfile.mkdtemp(prefix="clawd-bench-"))
-    client = httpx.Client(timeout=600)
-    port = free_port()
-    env = os.environ | {"CLAWD_HOME": str(tmp / "home")}
-    cmd = [sys.executable, "-m", "clawd", "serve", "--port", str(port), "--home", str(tmp / "home"), "--model", str(model),
-           "--ctx", str(N_CTX), "--threads", str(args.threads)]
-    print(f"(b) clawd serve on :{port} ...", flush=True)
-    proc = start_server(cmd, port, tmp / "clawd.log", env)
+    home = tmp / "home"
+    client = httpx.Client(timeout=900)
+    procs = []
     try:
-        results["clawd"] = http_bench(client, port, args, {})
+        port = free_port()
+        print(f"starting clawd serve on :{port} ...", flush=True)
+        procs.append(start_server(
+            [sys.executable, "-m", "clawd", "serve", "--port", str(port), "--home", str(home), "--model", str(model),
+             "--ctx", str(N_CTX), "--threads", str(args.threads)], port, tmp / "clawd.log",
+            os.environ | {"CLAWD_HOME": str(home)}))
+        clawd_port, lport = port, free_port()
+        print(f"starting llama_cpp.server on :{lport} ...", flush=True)
+        procs.append(start_server(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--port", str(lport), "--n_ctx", str(N_CTX),
+             "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_batch", "512",
+             "--seed", str(SEED)], lport, tmp / "llama_cpp_server.log"))
+        raw, llm = raw_runner(Path(model), args)
+        systems = {"raw": raw, "clawd": http_runner(client, clawd_port, args, {}),
+                   "llama_cpp_server": http_runner(client, lport, args, {"top_k": 40, "top_p": 1.0, "min_p": 0.0,
+                                                                          "repeat_penalty": 1.0})}
+        # Interleaved (raw, clawd, llama_cpp.server per rep): one system computes at a time, the others sit idle,
+        # and load from other processes on the machine hits all three alike. Rep -1 warms up.
+        for name in systems:
+            results[name] = []
+        for i in range(-1, args.reps):
+            for name, run in systems.items():
+                r = run(i)
+                if i >= 0:
+                    results[name].append(r)
+            print(f"  rep {i}: " + ", ".join(f"{n} {results[n][-1]['tok_s']:.1f} tok/s" for n in systems)
+                  if i >= 0 else "  warm-up done", flush=True)
+        del llm, raw, systems
         for r in results["clawd"]:  # the daemon's own view of the same turns
-            r["server_tok_s"] = turn_timings(tmp / "home", r["id"]).get("tokens_per_s")
+            r["server_tok_s"] = turn_timings(home, r["id"]).get("tokens_per_s")
+        stop(procs.pop())  # llama_cpp.server: free the CPU and memory for the long prompts
         print("(2) prefix cache, replayed OpenClaw session ...", flush=True)
-        results["prefix_cache"] = prefix_cache(client, port, tmp / "home")
+        results["prefix_cache"] = prefix_cache(client, clawd_port, home)
     finally:
-        stop(proc)
-
-    port = free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--port", str(port), "--n_ctx", str(N_CTX),
-           "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_batch", "512", "--seed", str(SEED)]
-    print(f"(c) llama_cpp.server on :{port} ...", flush=True)
-    proc = start_server(cmd, port, tmp / "llama_cpp_server.log")
-    try:
-        results["llama_cpp_server"] = http_bench(client, port, args, {"top_k": 40, "top_p": 1.0, "min_p": 0.0,
-                                                                      "repeat_penalty": 1.0})
-    finally:
-        stop(proc)
-    client.close()
+        for proc in procs:
+            stop(proc)
+        client.close()
 
     print(f"\n{'':18}{'tok/s':>8}{'TTFT ms':>9}{'tokens':>8}  per-rep tok/s")
     for name in ("raw", "clawd", "llama_cpp_server"):
@@ -243,13 +249,13 @@ def main() -> None:
               + " ".join(f"{r['tok_s']:.1f}" for r in runs if r["tok_s"]))
     raw, ours, lcs = (results[f"{k}_median"] for k in ("raw", "clawd", "llama_cpp_server"))
     print(f"clawd tok/s as recorded by the daemon (median): {med(results['clawd'], 'server_tok_s')}")
-    same = sum(a["text"] == b["text"] for a, b in zip(results["raw"], results["clawd"]))
+    same = {k: sum(a["text"] == b["text"] for a, b in zip(results["raw"], results[k])) for k in ("clawd", "llama_cpp_server")}
     results["ratios"] = {
         "http_over_raw_tok_s": ours["tok_s"] / raw["tok_s"],
         "http_over_llama_cpp_server_tok_s": ours["tok_s"] / lcs["tok_s"],
         "http_ttft_overhead_ms": ours["ttft_ms"] - raw["ttft_ms"],
         "llama_cpp_server_ttft_overhead_ms": lcs["ttft_ms"] - raw["ttft_ms"],
-        "clawd_texts_equal_raw": f"{same}/{args.reps}",
+        "texts_equal_raw": f"clawd {same['clawd']}/{args.reps}, llama_cpp.server {same['llama_cpp_server']}/{args.reps}",
     }
     for k, v in results["ratios"].items():
         print(f"  {k:36} {v:.3f}" if isinstance(v, float) else f"  {k:36} {v}")
