@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -69,17 +70,44 @@ def cmd_status(ns: argparse.Namespace) -> None:
     from rich.table import Table
 
     t = Table(show_header=False, box=None)
-    t.add_row("status", "[green]up[/green]" + f" for {st['uptime_s']:.0f}s, {st['in_flight']} request(s) in flight")
+    t.add_row("status", f"[green]up[/green] {_ago(st['uptime_s'])}; now {st['doing']} ({_ago(st['doing_since_s'])}), "
+                        f"{st['in_flight']} request(s) in flight")
     t.add_row("model", f"{st['model']['id']} — {st['model']['path']}")
-    t.add_row("context", f"{st['model']['context']} tokens (trained {st['model']['trained_context']})")
-    t.add_row("device", st["device"])
-    t.add_row("adapter", str(st["adapter"] or "none (base weights)"))
+    t.add_row("context", f"{st['model']['context']} tokens (trained {st['model']['trained_context']}) on {st['device']}")
+    a = st["adapter"]
+    t.add_row("adapter", f"v{a['version']}, published {_ago(a['age_s'])} ago" if a else "none (base weights)")
     c = st["turns"]
     t.add_row("turns", f"{c['turns']} recorded: {c['main']} main, {c['side']} side, {c['aborted']} aborted; "
-                       f"{c['with_next_state']} with a next state; {c['sessions']} sessions")
-    t.add_row("memory", f"{st['peak_rss_mb']:.0f} MB peak RSS")
+                       f"{c['with_next_state']} with a next state, {c['judged']} judged, {c['trained']} trained on; "
+                       f"{c['sessions']} sessions")
+    t.add_row("scores", _sparkline(st["recent_scores"]) or "no judged turns yet")
+    tr = st["training"]
+    last = tr["last"]
+    t.add_row("training", (f"last round {last['event']} {_ago(time.time() - last['at'])} ago; " if last else "no round yet; ")
+              + f"next when {tr['ready']}/{tr['batch']} turns are ready and idle {tr['idle_seconds']:.0f}s"
+              + ("" if tr["auto"] else " (auto_learn is off)"))
+    if tr["progress"] and st["doing"].startswith("training"):
+        t.add_row("progress", json.dumps(tr["progress"]))
+    t.add_row("memory", f"{st['memory_mb']:.0f} MB")
     t.add_row("data", st["home"])
     Console().print(t)
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _sparkline(scores: list[int]) -> str:
+    """−1 / 0 / +1 as ▁ ▄ █, newest last, with the mean."""
+    if not scores:
+        return ""
+    bars = "".join({-1: "[red]▁[/red]", 0: "▄", 1: "[green]█[/green]"}[s] for s in scores)
+    return f"{bars}  mean {sum(scores) / len(scores):+.2f} over the last {len(scores)}"
 
 
 def cmd_config(ns: argparse.Namespace) -> None:
@@ -169,6 +197,188 @@ def cmd_logs(ns: argparse.Namespace) -> None:
             pass
 
 
+# -- adapters, publish, merge (design §8) --------------------------------------------------------
+def _daemon_call(settings: Settings, method: str, path: str, body: dict | None = None, timeout: float = 900) -> Any:
+    """The daemon's JSON answer; None when no daemon listens. An error answer exits with its message."""
+    import httpx
+
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    try:
+        r = httpx.request(method, f"http://{host}:{settings.port}{path}", json=body, headers=headers, timeout=timeout)
+    except httpx.TransportError:
+        return None
+    if r.status_code >= 400:
+        sys.exit(r.json().get("error", {}).get("message", r.text))
+    return r.json()
+
+
+def _local_adapters(settings: Settings):
+    import logging
+
+    from .publish import Adapters
+    from .store import Store
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    return Adapters(settings, Store(ensure_home(settings.home) / "clawd.db"))
+
+
+def _print_adapters(state: dict, as_json: bool, where: str) -> None:
+    if as_json:
+        print(json.dumps(state, indent=2))
+        return
+    import datetime
+
+    if not state["adapters"]:
+        print(f"no adapters yet ({where}); training makes them and `clawd publish` puts one live")
+        return
+    print(f"{'':2}{'VERSION':<8}{'STATUS':<10}{'PARENT':<8}{'CREATED':<18}GATE")
+    for a in state["adapters"]:
+        gate = a["gate"] or {}
+        drop = (gate.get("replay") or {}).get("drop")
+        note = ("passed" + (f", replay drop {drop:+.3f}" if drop is not None else "")) if gate.get("passed") else \
+            "; ".join(gate.get("reasons", [])) or "-"
+        created = datetime.datetime.fromtimestamp(a["created"]).strftime("%Y-%m-%d %H:%M")
+        print(f"{'*' if a['current'] else '':2}{a['version']:<8}{a['status']:<10}{str(a['parent'] or '-'):<8}"
+              f"{created:<18}{note}")
+    print(f"\n* live: {state['current'] if state['current'] is not None else 'none (base weights)'} ({where})")
+
+
+def cmd_adapters(ns: argparse.Namespace) -> None:
+    settings = _settings(ns)
+    if ns.action == "use" and ns.version is None:
+        sys.exit("which one? `clawd adapters use N` (see `clawd adapters list`)")
+    path = "/v1/clawd/adapters" + ("" if ns.action == "list" else f"/{ns.action}")
+    state = _daemon_call(settings, "GET" if ns.action == "list" else "POST", path,
+                         {"version": ns.version} if ns.action == "use" else None)
+    where = "daemon"
+    if state is None:
+        where = "stored state; the daemon is not running and serves it at its next start"
+        local = _local_adapters(settings)
+        try:
+            state = local.use(ns.version) if ns.action == "use" else getattr(local, ns.action)()
+        except (LookupError, ValueError) as e:
+            sys.exit(str(e).strip("'\""))
+    _print_adapters(state, ns.json, where)
+
+
+def cmd_publish(ns: argparse.Namespace) -> None:
+    """Convert and gate here (own small engine), then make live through the daemon if it runs."""
+    settings = _settings(ns)
+    local = _local_adapters(settings)
+    try:
+        out = local.prepare(ns.version)
+    except (LookupError, ValueError) as e:
+        sys.exit(str(e).strip("'\""))
+    gate = out["gate"]
+    if not out["passed"]:
+        sys.exit(f"adapter {out['version']} rejected by the gate; it will not go live:\n  - " + "\n  - ".join(gate["reasons"]))
+    state = _daemon_call(settings, "POST", "/v1/clawd/adapters/use", {"version": out["version"]})
+    if state is None:
+        state = local.use(out["version"])
+    drop = (gate.get("replay") or {}).get("drop")
+    print(f"adapter {out['version']} passed the gate in {gate['seconds']:.0f}s"
+          + (f" (replay drop {drop:+.3f} nats/token)" if drop is not None else " (no judged turns to replay yet)")
+          + f" and is live{'' if state.get('serving') == 'n/a' else ' in the daemon'}")
+
+
+# -- training (design §7) ----------------------------------------------------------------------
+def cmd_train(ns: argparse.Namespace) -> None:
+    """One training round in the foreground, with a progress bar."""
+    import logging
+
+    if not ns.once:
+        sys.exit("the daemon trains by itself when idle; `clawd train --once` runs one round now, in the foreground")
+    overrides = {k: v for k, v in (("train_method", ns.round_method), ("train_batch", ns.round_batch)) if v is not None}
+    settings = Settings(**{k: v for k, v in vars(ns).items() if k in Settings.model_fields}, **overrides)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .train.loop import TrainError, run_round
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
+        task = bar.add_task("loading model", total=None, info="")
+
+        def progress(e: dict) -> None:
+            if e["event"] == "start":
+                bar.update(task, description=f"run {e['run_id']}: {e['samples']} turns", total=e["steps"],
+                           completed=e["step"], info=f"{e['backend']} on {e['device']}")
+            elif e["event"] == "step":
+                bar.update(task, completed=e["step"], info=f"loss {e['loss']:+.4f}")
+
+        try:
+            result = run_round(settings, progress=progress)
+        except TrainError as e:
+            sys.exit(str(e))
+    if result is None:
+        sys.exit(f"nothing to train: no judged main turns with a {settings.train_method} signal that a finished run "
+                 "has not used (`clawd status` shows how many are judged)")
+    m = result.metrics
+    print(f"adapter {result.version:04d} written to {result.path}: {m['samples']} turns, mean reward "
+          f"{m['mean_reward']:+.2f}, loss {m['losses'][0]:+.4f} → {m['losses'][-1]:+.4f} in {m['seconds']:.0f}s. "
+          "`clawd publish` gates it and puts it live.")
+
+
+def cmd_judge(ns: argparse.Namespace) -> None:
+    """Judge the backlog in this process (the daemon need not run) and exit."""
+    if not ns.once:
+        sys.exit("clawd judge runs with --once: it judges the backlog and exits. "
+                 "A running daemon judges on its own when idle.")
+    import logging
+
+    from rich.logging import RichHandler
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .engine import Engine
+    from .judge import Judge
+    from .store import Store
+
+    settings = _settings(ns)
+    ensure_home(settings.home)
+    store = Store(settings.home / "clawd.db")
+    progress = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.description}"))
+    logging.basicConfig(level=settings.log_level.upper(), format="%(message)s", force=True,
+                        handlers=[RichHandler(console=progress.console, show_path=False)])
+    # The serving context goes unused here: keep it small. The judge's own context is sized by
+    # judge_budget_tokens.
+    engine = Engine(settings.resolved_model(), n_ctx=512, threads=settings.threads, batch=settings.batch,
+                    gpu_layers=settings.gpu_layers)
+    judge = Judge(engine, store, settings)
+    total = judge.backlog_size()
+    scores = {1: 0, 0: 0, -1: 0}
+
+    def judged(turn, j) -> None:
+        scores[j.score] += 1
+        progress.update(task, advance=1, description=f"+1: {scores[1]}  0: {scores[0]}  -1: {scores[-1]}")
+
+    with progress:
+        task = progress.add_task("", total=total)
+        done = judge.run_backlog(on_judged=judged)
+    print(f"judged {done} turn(s) by {settings.judge_method} with {engine.model_path.name}; "
+          f"{judge.backlog_size()} left")
+
+
+def cmd_merge(ns: argparse.Namespace) -> None:
+    """In the daemon when it runs (it moves to the merged model between requests), else here."""
+    settings = _settings(ns)
+    if _daemon_call(settings, "GET", "/health", timeout=2) is not None:
+        print("merging in the daemon (progress: `clawd logs -f`); it keeps serving meanwhile", file=sys.stderr)
+        out = _daemon_call(settings, "POST", "/v1/clawd/adapters/merge", timeout=3600)
+    else:
+        def progress(stage: str, done: float) -> None:
+            print(f"\r{stage}: {done:4.0%}", end="\n" if done >= 1 else "", file=sys.stderr, flush=True)
+
+        try:
+            out = _local_adapters(settings).merge(progress)
+        except (LookupError, ValueError) as e:
+            sys.exit(str(e).strip("'\""))
+    print(f"merged adapter {out['version']} into {out['model']} ({out['bytes'] / 1e6:.0f} MB, {out['seconds']:.0f}s); "
+          f"it is the configured model now and no adapter is live"
+          + ("; the daemon serves it" if out.get("serving") else "; `clawd serve` serves it"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clawd", description="A local model daemon that learns from being used.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", nargs="?")
     p.add_argument("value", nargs="?")
     p.set_defaults(func=cmd_config)
+    p = sub.add_parser("judge", help="judge recorded turns from what came next (design §6)")
+    p.add_argument("--once", action="store_true", help="judge the backlog in this process and exit")
+    _add_settings_flags(p)
+    p.set_defaults(func=cmd_judge)
     for name, func, text in (("install-service", cmd_install_service, "start clawd at login (systemd user unit / LaunchAgent)"),
                              ("uninstall-service", cmd_uninstall_service, "remove the service unit")):
         p = sub.add_parser(name, help=text)
@@ -205,6 +419,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--follow", action="store_true", help="keep following")
     p.add_argument("-n", "--lines", type=int, default=50)
     p.set_defaults(func=cmd_logs)
+    p = sub.add_parser("adapters", help="list the adapters, or change which one is live")
+    p.add_argument("action", choices=["list", "use", "rollback", "off"], nargs="?", default="list")
+    p.add_argument("version", nargs="?", type=int, help="for `use`: the adapter version")
+    p.add_argument("--json", action="store_true", help="every field, as JSON")
+    _add_settings_flags(p)
+    p.set_defaults(func=cmd_adapters)
+    p = sub.add_parser("publish", help="convert, gate and make live the newest trained adapter (or version N)")
+    p.add_argument("version", nargs="?", type=int)
+    _add_settings_flags(p)
+    p.set_defaults(func=cmd_publish)
+    p = sub.add_parser("merge", help="fold the live adapter into the model: a new quantized GGUF, served from the next start")
+    _add_settings_flags(p)
+    p.set_defaults(func=cmd_merge)
+    p = sub.add_parser("train", help="run one training round now, in the foreground")
+    p.add_argument("--once", action="store_true", help="one round from the judged turns not yet trained on")
+    p.add_argument("--method", dest="round_method", choices=["rl", "opd", "combined"],
+                   help="what to learn from (default: train_method)")
+    p.add_argument("--batch", dest="round_batch", type=int, help="turns in the round (default: train_batch)")
+    for name in ("home", "model", "threads", "lr", "train_minibatch", "train_epochs", "max_train_tokens", "train_base",
+                 "log_level"):
+        f = Settings.model_fields[name]
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
+                       default=argparse.SUPPRESS, help=f.description)
+    p.set_defaults(func=cmd_train)
     return parser
 
 

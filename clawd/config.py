@@ -12,7 +12,7 @@ import ipaddress
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -66,6 +66,47 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest accepted request body; larger gets 413.")
     session_timeout: float = Field(3600.0, gt=0, description="Seconds after which an idle session is closed.")
     log_level: str = Field("INFO", description="Logging level. Message text is logged only at DEBUG.")
+
+    # -- scheduling (design §9) --
+    idle_seconds: float = Field(30.0, ge=0, description="Quiet time after the last request before background work starts.")
+    tick_seconds: float = Field(2.0, gt=0, description="How often the scheduler looks for work.")
+    gpu_busy_percent: float = Field(20.0, ge=0, le=100, description="On CUDA, background work waits while GPU utilization is above this.")
+    auto_learn: bool = Field(True, description="Judge, train and publish by themselves when idle (off: only the one-shot commands).")
+
+    # Judge (design §6). The default method was chosen by bench/judge.py on tests/data/judge_cases.jsonl:
+    # JUDGE_METHOD_NOTE
+    judge_method: Literal["vote", "score"] = Field("score", description="How the judge reaches a verdict: 'score' (one forward pass, P of each \\boxed{} value) or 'vote' (sampled reasoning, majority).")
+    judge_votes: int = Field(3, ge=1, description="Sampled evaluation votes per turn (method 'vote').")
+    judge_hint_votes: int = Field(3, ge=0, description="Sampled hint votes per turn (for OPD); 0 = no hints.")
+    judge_temperature: float = Field(0.6, ge=0.0, le=2.0, description="Sampling temperature of the judge's votes.")
+    judge_margin: float = Field(0.1, ge=0.0, le=1.0, description="Method 'score': the top verdict must beat the runner-up by this much probability, else 0.")
+    judge_max_tokens: int = Field(256, ge=16, description="Longest judge answer (one vote) in tokens.")
+    judge_budget_tokens: int = Field(3072, ge=512, description="Largest judge prompt; longer conversations are shortened in the middle.")
+
+    # -- training (clawd train; the scheduler's trainer child) --------------------------------
+    train_method: Literal["rl", "opd", "combined"] = Field(
+        "combined", description="What a training round learns from: rl (the judge's or user's ±1), opd (the judge's "
+        "hints, distilled from the base model reading them) or combined (both, weighted by w_rl and w_opd).")
+    train_batch: int = Field(16, ge=1, description="Judged turns per training round; the scheduler waits for this many.")
+    train_minibatch: int = Field(4, ge=1, description="Turns per optimizer step: a round makes train_batch/train_minibatch "
+                                 "steps per epoch, each checkpointed. Memory holds one turn at a time either way.")
+    train_epochs: int = Field(1, ge=1, description="Passes over a round's turns.")
+    lr: float = Field(1e-5, gt=0, description="Learning rate of the LoRA adapter (AdamW, constant).")
+    lora_r: int = Field(16, ge=1, description="LoRA rank, on all attention and MLP projections.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (the adapter's scale is alpha/r).")
+    max_train_tokens: int = Field(8192, ge=128, description="Longest training sequence (prompt + completion); longer "
+                                  "histories are cut from the left, keeping the system prompt. Lower it if training runs out of memory.")
+    w_rl: float = Field(1.0, ge=0, description="Weight of the reward term (w_rl·r) in the combined advantage.")
+    w_opd: float = Field(1.0, ge=0, description="Weight of the distillation term (w_opd·(log π_teacher − log π_old)) in the combined advantage.")
+    train_base: Path | None = Field(None, description="Hugging Face checkpoint directory to train on instead of the "
+                                    "served GGUF dequantized; its tokenizer must give the engine's token ids.")
+
+    # -- publishing (clawd publish; design §8) ------------------------------------------------
+    gate_margin: float = Field(0.1, ge=0, description="The gate rejects an adapter that lowers the mean logprob of "
+                               "recent positively judged answers by more than this many nats per token.")
+    gate_probe_margin: float = Field(1.0, ge=0, description="The gate rejects an adapter under which the live "
+                                     "weights' answers to its fixed probes lose more than this many nats per token.")
+    gate_turns: int = Field(8, ge=0, description="Recent positively judged turns the gate replays.")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):

@@ -12,9 +12,13 @@ from typing import Any
 from . import __version__
 from .config import Settings, ensure_home
 from .engine import Engine
+from .judge import Judge
+from .publish import Adapters
+from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
 from .store import Store
+from .train import Trainer, ready_turns
 
 log = logging.getLogger("clawd")
 
@@ -34,6 +38,7 @@ def setup_logging(settings: Settings) -> None:
     fh = logging.FileHandler(log_path)
     fh.setFormatter(fmt)
     root.addHandler(fh)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # a line per tick drowns the log
 
 
 class Daemon:
@@ -47,21 +52,52 @@ class Daemon:
         self.engine = Engine(settings.resolved_model(), n_ctx=settings.ctx, threads=settings.threads,
                              batch=settings.batch, gpu_layers=settings.gpu_layers)
         self.chat = ChatService(self.engine, self.store, settings)
+        self.adapters = Adapters(settings, self.store, self.engine)
+        self.adapters.apply_current()  # after a restart, serve what `adapters/current` names
+        self.judge = Judge(self.engine, self.store, settings)
+        self.scheduler = Scheduler(settings, self.store, self._activity, Jobs(
+            judge_backlog=lambda stop: self.judge.run_backlog(stop),
+            backlog_size=self.judge.backlog_size,
+            ready_to_train=lambda: len(ready_turns(self.store, settings.train_method, settings.train_batch)),
+            start_trainer=lambda: Trainer(settings).start(),
+            publish=self._publish,
+        ))
         self.started = time.time()
 
+    def _activity(self) -> Activity:
+        return Activity(in_flight=self.chat.in_flight, last_activity=self.chat.last_activity)
+
+    def _publish(self) -> dict[str, Any] | None:
+        try:
+            return self.adapters.publish()
+        except Exception as e:  # a failed publish leaves the live adapter as it was
+            log.exception("publishing failed")
+            return {"published": False, "error": str(e)}
+
     def status(self) -> dict[str, Any]:
-        rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        st = self.scheduler.state
+        version = self.engine.adapter_version
+        adapter = None
+        if version is not None:
+            row = next((r for r in self.store.adapter_rows() if r["version"] == version), None)
+            adapter = {"version": version, "age_s": round(time.time() - row["created"], 1) if row else None}
         return {
             "version": __version__,
             "up": True,
             "uptime_s": round(time.time() - self.started, 1),
             "model": {"id": self.settings.model_id, "path": str(self.engine.model_path), "context": self.engine.n_ctx,
                       "trained_context": self.engine.n_ctx_train, "load_s": round(self.engine.load_seconds, 2)},
-            "device": "cpu",
-            "adapter": None,
+            "device": _device(),
+            "adapter": adapter,
             "turns": self.store.counts(),
+            "recent_scores": self.store.recent_scores(40),
+            "doing": st.doing, "doing_since_s": round(time.time() - st.since, 1),
             "in_flight": self.chat.in_flight,
-            "peak_rss_mb": round(rss_kb / 1024, 1),
+            "training": {"last": st.last_train, "progress": st.train_progress, "last_publish": st.last_publish,
+                         "batch": self.settings.train_batch,
+                         "ready": len(ready_turns(self.store, self.settings.train_method, self.settings.train_batch)),
+                         "auto": self.settings.auto_learn, "idle_seconds": self.settings.idle_seconds},
+            "memory_mb": _rss_mb(),
             "home": str(self.settings.home),
         }
 
@@ -77,5 +113,24 @@ def serve(settings: Settings) -> None:
     daemon = Daemon(settings)
     import uvicorn
 
+    if settings.auto_learn:
+        daemon.scheduler.start()
     log.info("listening on http://%s:%d/v1 (model id %r)", settings.host, settings.port, settings.model_id)
-    uvicorn.run(daemon.app(), host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    try:
+        uvicorn.run(daemon.app(), host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    finally:
+        daemon.scheduler.shutdown()
+
+
+def _rss_mb() -> float:
+    try:  # current resident memory (Linux); the peak elsewhere
+        with open("/proc/self/statm") as f:
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except OSError:
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _device() -> str:
+    import llama_cpp
+
+    return "cuda" if llama_cpp.llama_supports_gpu_offload() else "cpu"

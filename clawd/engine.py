@@ -1,6 +1,7 @@
 """The loaded GGUF: tokenize, render, generate token by token with each sampled token's logprob.
 
-One `Llama` (model + serving context). llama-cpp-python objects are not thread-safe, so every
+One `Llama` (model + serving context), plus on demand a background context on the same weights
+for the judge (`BackgroundContext`). llama-cpp-python objects are not thread-safe, so every
 use goes through one compute lock; a user request always gets it before background work
 (`PriorityLock`). The serving context keeps its KV cache between requests, and `Llama.generate`
 reuses the longest common prefix: OpenClaw re-sends a ~12k-token prefix every turn, and only the
@@ -9,6 +10,7 @@ tokens after it are evaluated again.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
@@ -22,6 +24,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama, LlamaGrammar
+from llama_cpp import _internals as llama_internals  # not public API: pinned version, see tests/test_judge_engine.py
 
 from .chat_template import ChatTemplate
 
@@ -92,7 +95,9 @@ class Step:
 class GenInfo:
     n_prompt: int = 0
     n_cached: int = 0  # prompt tokens reused from the KV cache (not evaluated again)
-    finish: str = "stop"  # "stop" (end-of-generation token) or "length" (limit or full context)
+    finish: str = "stop"  # "stop" (end-of-generation token), "length" (limit or full context), "cancelled"
+    n_evaluated: int | None = None  # prompt tokens actually evaluated, when cancelled before the end
+    eog: "Step | None" = None  # the end-of-generation token the answer ended on, with its logprob
 
 
 class Engine:
@@ -106,6 +111,8 @@ class Engine:
             n_batch=batch, n_ubatch=batch, n_gpu_layers=gpu_layers, verbose=False,
         )
         self.load_seconds = time.perf_counter() - t0
+        self.threads = threads
+        self._background: BackgroundContext | None = None
         self.n_ctx = self.llm.n_ctx()
         self.n_vocab = self.llm.n_vocab()
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
@@ -144,14 +151,21 @@ class Engine:
             n += 1
         return min(n, len(prompt) - 1)  # the last prompt token is always evaluated again for fresh logits
 
-    def generate(self, prompt: list[int], sampling: Sampling, info: GenInfo) -> Iterator[Step]:
+    def generate(self, prompt: list[int], sampling: Sampling, info: GenInfo,
+                 cancel: threading.Event | None = None) -> Iterator[Step]:
         """Yield sampled tokens until an end-of-generation token, `max_tokens` or a full context.
 
         The caller holds `self.lock` (user or background). Closing the iterator stops decoding
         at once; the KV cache keeps what was evaluated, so the next request still reuses it.
+        `cancel` is also checked between prompt batches: a client that leaves during a long
+        prefill (12k tokens of OpenClaw prompt take minutes on a CPU) frees the engine at once.
         """
         llm = self.llm
         info.n_prompt, info.n_cached = len(prompt), self.cached_prefix(prompt)
+        if not self._prefill(prompt, info.n_cached, cancel):
+            info.finish = "cancelled"
+            info.n_evaluated = self.llm.n_tokens - info.n_cached
+            return
         if sampling.seed is not None:
             llm.set_seed(sampling.seed)
         else:
@@ -167,17 +181,270 @@ class Engine:
             return
         for token in llm.generate(prompt, temp=temp, top_p=sampling.top_p, top_k=0 if temp > 0 else 40,
                                   min_p=0.0, repeat_penalty=1.0, grammar=grammar):
-            if self.is_eog(token):
-                return
             # logits that produced `token`, shape (n_vocab,); a view into llama.cpp's buffer
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(self.n_vocab,))
             top = float(logits.max())
             logprob = float(logits[token]) - top - math.log(float(np.exp(logits - top).sum()))
+            if self.is_eog(token):
+                # kept for training (the model must learn when to stop), never shown as text
+                info.eog = Step(token, logprob, b"")
+                return
             yield Step(token, logprob, llm.detokenize([token], special=True))
             produced += 1
             if produced >= limit:
                 info.finish = "length"
                 return
+
+    def _prefill(self, prompt: list[int], cached: int, cancel: threading.Event | None) -> bool:
+        """Evaluate all but the last prompt token in `n_batch` chunks after the cached prefix,
+        checking `cancel` in between; `Llama.generate` then finds them cached and evaluates only
+        the last token. False when cancelled (what was evaluated stays cached for a retry)."""
+        llm = self.llm
+        if cancel is None or len(prompt) - 1 - cached <= llm.n_batch:
+            return True  # one batch or less: nothing to interrupt
+        llm._ctx.kv_cache_seq_rm(-1, cached, -1)
+        llm.n_tokens = cached
+        for i in range(cached, len(prompt) - 1, llm.n_batch):
+            if cancel.is_set():
+                return False
+            llm.eval(prompt[i:min(i + llm.n_batch, len(prompt) - 1)])
+        return not cancel.is_set()
+
+    def background_context(self, n_ctx: int) -> "BackgroundContext":
+        """The judge's context on these weights, created on first use (its KV cache costs memory
+        only once something judges). Asking for more room than it has makes a larger one."""
+        n_ctx = min(n_ctx, self.n_ctx_train or n_ctx)
+        if self._background is None or self._background.n_ctx < n_ctx:
+            if self._background is not None:
+                self._background.close()
+            self._background = BackgroundContext(self, n_ctx)
+        return self._background
+
+    # -- LoRA adapter on the serving context (publish; design §8, §12) ---------------------------
+    adapter_version: int | None = None  # what the serving context runs: None = base weights
+    adapter_path: Path | None = None
+    _adapter = None  # llama_adapter_lora_p of the applied adapter
+
+    def set_adapter(self, path: Path | None, version: int | None) -> dict[str, float]:
+        """Serve `path` (a GGUF LoRA for this model) from the next request on; None = base weights.
+
+        Taken as a user of the lock, in arrival order: a request generating now finishes on the
+        adapter it started with, and the one after this call uses the new one. Only the serving
+        context changes; the background context keeps the base weights. The KV cache is dropped
+        (its prefix was computed under the old weights) and the replaced adapter freed. Returns
+        the time of each part in seconds; raises ValueError (nothing changed) if llama.cpp refuses
+        the file."""
+        with self.lock.user():
+            t0 = time.perf_counter()
+            new = None
+            if path is not None:
+                new = llama_cpp.llama_adapter_lora_init(self.llm.model, str(path).encode())
+                if not new:
+                    raise ValueError(f"llama.cpp could not load the adapter {path} (made for another base model?)")
+            t1 = time.perf_counter()
+            if new is not None:
+                adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(new)
+                llama_cpp.llama_set_adapters_lora(self.llm.ctx, adapters, 1, (ctypes.c_float * 1)(1.0))
+            else:
+                llama_cpp.llama_set_adapters_lora(self.llm.ctx, None, 0, None)
+            self.llm.reset()  # the next request re-evaluates its whole prompt under the new weights
+            t2 = time.perf_counter()
+            old, self._adapter = self._adapter, new
+            if old is not None:
+                llama_cpp.llama_adapter_lora_free(old)
+            self.adapter_version, self.adapter_path = version, Path(path) if path is not None else None
+            t3 = time.perf_counter()
+        log.info("serving adapter %s (load %.1f ms, set %.1f ms, free %.1f ms)", version if path else "none (base)",
+                 (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        return {"load_s": t1 - t0, "set_s": t2 - t1, "free_s": t3 - t2, "total_s": t3 - t0}
+
+    _previous: Llama | None = None  # the model before the last reload (see reload)
+
+    def reload(self, model_path: Path) -> float:
+        """Serve another GGUF with the same tokenizer (a merge of this one) from the next request
+        on, dropping none: it loads beside the current one, then the switch queues on the lock as
+        a user, so the request generating now finishes on the old weights. The adapter is cleared
+        (a merge holds it). The judge's background context is rebuilt on the new weights at its
+        next use; one it is in the middle of keeps the old model alive (`_previous`, freed at the
+        next reload). Returns the load time in seconds."""
+        t0 = time.perf_counter()
+        old = self.llm
+        new = Llama(model_path=str(model_path), n_ctx=self.n_ctx, n_threads=self.threads, n_threads_batch=self.threads,
+                    n_batch=old.n_batch, n_ubatch=old.context_params.n_ubatch,
+                    n_gpu_layers=old.model_params.n_gpu_layers, verbose=False)
+        load = time.perf_counter() - t0
+        with self.lock.user():
+            if self._adapter is not None:
+                llama_cpp.llama_set_adapters_lora(old.ctx, None, 0, None)
+                llama_cpp.llama_adapter_lora_free(self._adapter)
+                self._adapter = None
+            self.adapter_version, self.adapter_path = None, None
+            self._previous, self.llm = old, new
+            self._background = None
+            self._vocab = llama_cpp.llama_model_get_vocab(new.model)
+            self.model_path, self.load_seconds = Path(model_path), load
+        log.info("now serving %s (loaded in %.1fs beside the old model)", model_path, load)
+        return load
+
+
+class Cancelled(Exception):
+    """Background work was told to stop (the daemon is shutting down)."""
+
+
+class BackgroundContext:
+    """A second llama.cpp context on the loaded weights, with its own KV cache (design §2, §12).
+
+    Decoding here never touches the serving context's cached prefix. llama.cpp sets LoRA adapters
+    per context and publishing sets them only on the serving context, so this one always runs the
+    base weights: the policy cannot drift its own judge.
+
+    Every decode step (one sampled token, or one batch of at most `batch` prompt tokens) takes the
+    engine lock as background work and releases it after, so the KV cache stays as it was while a
+    user request runs, and the work resumes where it stopped. A prompt batch would make a user wait
+    too long (256 tokens: ~1-2 s on 2 CPU cores), so llama.cpp's abort callback stops it as soon
+    as a user waits: the user gets the engine within one graph node, and the aborted batch is
+    decoded again afterwards. Small batches instead would be slow: measured on 2 busy cores, 800
+    prompt tokens took 98 s in batches of 32 and 24 s in batches of 512.
+    """
+
+    def __init__(self, engine: Engine, n_ctx: int, batch: int = 256):
+        self.engine, self.n_ctx, self.batch = engine, n_ctx, batch
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = batch  # one ubatch per decode: an abort leaves nothing half-done
+        params.n_threads = params.n_threads_batch = engine.threads
+        params.no_perf = True
+        with engine.lock.background():  # allocating next to a decode in progress is not worth the risk
+            self._ctx = llama_internals.LlamaContext(model=engine.llm._model, params=params, verbose=False)
+            self._batch = llama_internals.LlamaBatch(n_tokens=batch, embd=0, n_seq_max=1, verbose=False)
+        self._cancel: threading.Event | None = None
+        # Called by llama.cpp between graph nodes while a prompt batch decodes; kept referenced
+        # here so the ctypes trampoline outlives every decode.
+        self._abort_cb = llama_cpp.ggml_abort_callback(
+            lambda _: engine.lock.should_yield() or (self._cancel is not None and self._cancel.is_set()))
+        self._no_abort = llama_cpp.ggml_abort_callback()
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        self.waited_s = 0.0  # time spent waiting for user requests (and other holders) to finish
+        self.steps = 0
+        self.aborts = 0  # prompt batches given up for a user request
+        log.info("background context: %d tokens", n_ctx)
+
+    def close(self) -> None:
+        self._batch.close()
+        self._ctx.close()
+
+    # -- one decode step under the lock -----------------------------------------------------
+    def _decode(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray | None:
+        """Append `tokens` (at most `batch`) to the KV cache. Returns the logits of the last
+        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab); None when a
+        user request (or `cancel`) stopped the decode: nothing was appended, try again."""
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        n_vocab = self.engine.n_vocab
+        t0 = time.perf_counter()
+        with self.engine.lock.background():
+            self.waited_s += time.perf_counter() - t0
+            self._batch.set_batch(tokens, n_past=len(self.tokens), logits_all=logits_all)
+            # Only multi-token decodes can be aborted: one token is short, and the callback costs
+            # a GIL round trip per graph node.
+            abortable = len(tokens) > 1
+            if abortable:
+                self._cancel = cancel
+                llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._abort_cb, None)
+            try:
+                rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+            finally:
+                if abortable:
+                    llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._no_abort, None)
+            if rc == 2:
+                # Aborted. The batch is one ubatch, so none of it should remain; make sure.
+                self._ctx.kv_cache_seq_rm(-1, len(self.tokens), -1)
+                self.aborts += 1
+                return None
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} in the background context")
+            rows = range(len(tokens)) if logits_all else [len(tokens) - 1]
+            # copies: the buffer is overwritten by the next decode
+            out = np.stack([np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(n_vocab,)).copy() for i in rows])
+        self.tokens.extend(tokens)
+        self.steps += 1
+        return out if logits_all else out[0]
+
+    def _decode_all(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray:
+        """`_decode`, again after each abort (a user request ran in between)."""
+        while True:
+            out = self._decode(tokens, logits_all, cancel)
+            if out is not None:
+                return out
+
+    def _truncate(self, n: int) -> None:
+        if n < len(self.tokens):
+            self._ctx.kv_cache_seq_rm(-1, n, -1)
+            del self.tokens[n:]
+
+    def _prefill(self, prompt: list[int], cancel: threading.Event | None) -> np.ndarray:
+        """Bring the KV cache to `prompt`, reusing the longest common prefix (the m votes on one
+        turn share their prompt), and return the logits after its last token."""
+        if len(prompt) >= self.n_ctx:
+            raise ValueError(f"background prompt of {len(prompt)} tokens does not fit {self.n_ctx}")
+        keep = 0
+        for a, b in zip(self.tokens, prompt):
+            if a != b:
+                break
+            keep += 1
+        self._truncate(min(keep, len(prompt) - 1))  # the last token is evaluated again for fresh logits
+        logits = None
+        while len(self.tokens) < len(prompt):
+            n = len(self.tokens)
+            logits = self._decode_all(prompt[n:n + self.batch], False, cancel)
+        return logits  # type: ignore[return-value]
+
+    # -- what the judge uses ----------------------------------------------------------------------
+    def generate(self, prompt: list[int], temperature: float, max_tokens: int, seed: int | None = None,
+                 cancel: threading.Event | None = None) -> list[int]:
+        """Sample up to `max_tokens` tokens after `prompt`, stopping at end-of-generation."""
+        rng = np.random.default_rng(seed)
+        logits = self._prefill(prompt, cancel)
+        out: list[int] = []
+        limit = min(max_tokens, self.n_ctx - len(prompt))
+        while len(out) < limit:
+            token = sample(logits, temperature, rng)
+            if self.engine.is_eog(token):
+                break
+            out.append(token)
+            if len(out) < limit:
+                logits = self._decode_all([token], False, cancel)
+        return out
+
+    def score(self, prompt: list[int], continuations: list[list[int]],
+              cancel: threading.Event | None = None) -> list[float]:
+        """log P(continuation | prompt) for each continuation: one forward pass over the prompt,
+        then the chain rule over each continuation's tokens (a verdict like "-1" may be several)."""
+        first = log_softmax(self._prefill(prompt, cancel))
+        base = len(self.tokens)
+        out = []
+        for cont in continuations:
+            lp = float(first[cont[0]])
+            if len(cont) > 1:
+                rows = self._decode_all(cont[:-1], True, cancel)  # rows[i] predicts cont[i + 1]
+                lp += sum(float(log_softmax(rows[i])[cont[i + 1]]) for i in range(len(cont) - 1))
+                self._truncate(base)
+            out.append(lp)
+        return out
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64) - float(logits.max())
+    return z - math.log(float(np.exp(z).sum()))
+
+
+def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """A token from softmax(logits / temperature); greedy at temperature 0."""
+    if temperature <= 0:
+        return int(logits.argmax())
+    z = logits.astype(np.float64) / temperature
+    p = np.exp(z - z.max())
+    return int(rng.choice(len(p), p=p / p.sum()))
 
 
 _CHATML = (

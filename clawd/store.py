@@ -205,10 +205,10 @@ class Store:
         """Write the answer in one transaction: the row is complete or still 'running', never half."""
         self._write(
             "UPDATE turns SET completion_ids = ?, logprobs = ?, text = ?, tool_calls = ?, finish_reason = ?,"
-            " timings = ?, status = ?, output_key = ? WHERE id = ?",
+            " timings = ?, status = ?, output_key = ?, adapter_version = ? WHERE id = ?",
             (array("i", t.completion_ids).tobytes(), array("f", t.logprobs).tobytes(), t.text,
              json.dumps([c.__dict__ for c in t.tool_calls]), t.finish_reason, json.dumps(t.timings), t.status,
-             t.output_key if t.status == "ok" else None, t.id),
+             t.output_key if t.status == "ok" else None, t.adapter_version, t.id),
         )
 
     def recover_interrupted(self) -> int:
@@ -300,6 +300,16 @@ class Store:
         rows = self._read("SELECT * FROM feedback WHERE turn_id = ?", (turn_id,))
         return Feedback(turn_id=rows[0]["turn_id"], score=rows[0]["score"], comment=rows[0]["comment"]) if rows else None
 
+    def recent_scores(self, n: int) -> list[int]:
+        """The effective scores (explicit feedback over the judge) of the last `n` judged turns, oldest first."""
+        rows = self._read(
+            "SELECT COALESCE(f.score, j.score) AS s FROM judgments j LEFT JOIN feedback f ON f.turn_id = j.turn_id"
+            " ORDER BY j.turn_id DESC LIMIT ?", (n,))
+        return [r["s"] for r in reversed(rows)]
+
+    def adapter_rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._read("SELECT * FROM adapters ORDER BY version")]
+
     # -- status -------------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         r = self._read(
@@ -307,9 +317,49 @@ class Store:
             " SUM(status = 'aborted') AS aborted, SUM(status = 'error') AS errors,"
             " (SELECT COUNT(*) FROM next_states) AS with_next_state,"
             " (SELECT COUNT(*) FROM judgments) AS judged, (SELECT COUNT(*) FROM feedback) AS feedback,"
+            " (SELECT COUNT(DISTINCT u.turn_id) FROM train_uses u JOIN train_runs r ON r.id = u.run_id"
+            "  WHERE r.status = 'done') AS trained,"
             " (SELECT COUNT(*) FROM sessions) AS sessions FROM turns"
         )[0]
         return {k: int(r[k] or 0) for k in r.keys()}
 
     def integrity_ok(self) -> bool:
         return self._read("PRAGMA integrity_check")[0][0] == "ok"
+
+    # -- adapters (publish) ---------------------------------------------------------------------
+    def add_adapter(self, version: int, path: str, parent: int | None, meta: dict[str, Any],
+                    status: str = "trained") -> bool:
+        """Register an adapter directory; False when the version is already known."""
+        cur = self._write(
+            "INSERT OR IGNORE INTO adapters (version, path, parent, status, meta, created) VALUES (?, ?, ?, ?, ?, ?)",
+            (version, path, parent, status, json.dumps(meta), time.time()))
+        return cur.rowcount == 1
+
+    def set_adapter_status(self, version: int, status: str, gate: dict[str, Any] | None = None) -> None:
+        """Change an adapter's status; `gate` (when given) replaces its stored gate results."""
+        if gate is None:
+            self._write("UPDATE adapters SET status = ? WHERE version = ?", (status, version))
+        else:
+            self._write("UPDATE adapters SET status = ?, gate = ? WHERE version = ?", (status, json.dumps(gate), version))
+
+    def adapters(self) -> list[dict[str, Any]]:
+        """Every registered adapter, oldest first, gate and meta decoded."""
+        rows = self._read("SELECT * FROM adapters ORDER BY version")
+        return [{**dict(r), "gate": json.loads(r["gate"]) if r["gate"] else None, "meta": json.loads(r["meta"])}
+                for r in rows]
+
+    def positive_turns(self, limit: int, exclude: set[int] | None = None) -> list[Turn]:
+        """The most recent finished main turns judged +1 (explicit feedback overrides the judge),
+        newest first, leaving out `exclude` (the turns an adapter was trained on)."""
+        rows = self._read(
+            "SELECT t.* FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
+            " WHERE t.kind = 'main' AND t.status = 'ok' AND COALESCE(f.score, j.score) = 1"
+            " AND length(t.completion_ids) > 0 ORDER BY t.id DESC")
+        out = []
+        for r in rows:
+            if exclude and r["id"] in exclude:
+                continue
+            out.append(self._turn(r))
+            if len(out) >= limit:
+                break
+        return out

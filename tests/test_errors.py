@@ -146,3 +146,19 @@ def test_full_queue_gets_503_with_retry_after(fresh_home):
         assert r.status_code == 200
     finally:
         d.stop()
+
+
+def test_disconnect_during_prefill_frees_engine(daemon: Daemon):
+    """A client that leaves while a long prompt is still being evaluated stops that evaluation."""
+    long = "The quick brown fox jumps over the lazy dog. " * 600  # ~6k tokens: many prefill batches
+    body = {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": long}], "max_tokens": 50, "stream": True}
+    with httpx.stream("POST", daemon.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        first = next(line for line in r.iter_lines() if line.startswith("data: {"))  # the role chunk, sent before prefill
+        cid = json.loads(first[6:])["id"]
+    deadline = time.time() + 120
+    while time.time() < deadline and daemon.turn(cid)["status"] == "running":
+        time.sleep(0.1)
+    row = daemon.turn(cid)
+    timings = json.loads(row["timings"])
+    assert row["status"] == "aborted" and len(row["completion_ids"]) == 0
+    assert timings["evaluated_prompt_tokens"] < timings["prompt_tokens"] - 1000, timings

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..records import Feedback
 from . import protocol
 from .chat import ChatService, Event, Prepared
 
@@ -91,6 +92,52 @@ def create_app(daemon: Any) -> FastAPI:
     @app.get("/v1/clawd/status")
     async def status():
         return daemon.status()
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request):
+        """Explicit feedback on an answer: {"id": completion id, "score": 1 | -1, "comment"?}.
+        It overrides the judge's score for training; a later one replaces an earlier one."""
+        try:
+            body = json.loads(await request.body())
+        except ValueError as e:
+            raise protocol.ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
+        if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+            raise protocol.ApiError(400, 'Send {"id": "<completion id>", "score": 1 or -1}.', param="id")
+        score, comment = body.get("score"), body.get("comment")
+        if type(score) is not int or score not in (1, -1):  # bool is an int subclass: true is not a score
+            raise protocol.ApiError(400, f"Invalid value for 'score': {score!r}; use 1 or -1.", param="score")
+        if comment is not None and not isinstance(comment, str):
+            raise protocol.ApiError(400, "Invalid value for 'comment': a string or null.", param="comment")
+        turn = await asyncio.to_thread(daemon.store.turn_by_completion_id, body["id"])
+        if turn is None:
+            raise protocol.ApiError(404, f"No completion with id '{body['id']}' was recorded.", param="id",
+                                    code="not_found")
+        await asyncio.to_thread(daemon.store.set_feedback, Feedback(turn_id=turn.id, score=score, comment=comment))
+        return {"ok": True, "id": body["id"], "turn_id": turn.id, "score": score}
+
+    # -- adapters (publish): daemon.adapters raises LookupError (unknown version) or ValueError
+    @app.get("/v1/clawd/adapters")
+    async def adapters_list():
+        return await asyncio.to_thread(daemon.adapters.list)
+
+    @app.post("/v1/clawd/adapters/{action}")
+    async def adapters_action(action: str, request: Request):
+        raw = await request.body()
+        body = json.loads(raw) if raw.strip() else {}
+        version = body.get("version") if isinstance(body, dict) else None
+        if action == "use" and not isinstance(version, int):
+            raise protocol.ApiError(400, 'Send {"version": N}.', param="version")
+        calls = {"use": lambda: daemon.adapters.use(version), "off": daemon.adapters.off,
+                 "rollback": daemon.adapters.rollback, "publish": lambda: daemon.adapters.publish(version),
+                 "merge": daemon.adapters.merge}
+        if action not in calls:
+            raise protocol.ApiError(404, f"Unknown adapter action {action!r}; one of {', '.join(calls)}.", code="not_found")
+        try:
+            return await asyncio.to_thread(calls[action])  # a swap waits for the request generating now
+        except LookupError as e:
+            raise protocol.ApiError(404, str(e).strip("'\""), code="adapter_not_found") from None
+        except ValueError as e:
+            raise protocol.ApiError(400, str(e), code="adapter_refused") from None
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -132,7 +132,10 @@ class ChatService:
         try:
             with self.engine.lock.user():
                 t_start = time.perf_counter()
-                gen = self.engine.generate(turn.prompt_ids, p.sampling, info)
+                # the adapter can change while a request waits (a swap queues on this lock): record
+                # the one that actually produces the answer
+                turn.adapter_version = getattr(self.engine, "adapter_version", None)
+                gen = self.engine.generate(turn.prompt_ids, p.sampling, info, cancel)
                 try:
                     for step in gen:
                         if t_first is None:
@@ -158,6 +161,9 @@ class ChatService:
                             break
                 finally:
                     gen.close()
+                if info.eog is not None and not stop_hit:
+                    turn.completion_ids.append(info.eog.token)
+                    turn.logprobs.append(info.eog.logprob)
             if not stop_hit:
                 text += decoder.decode(b"", final=True)
             content, calls = tools.parse_tool_calls(text, p.offered)
@@ -191,7 +197,7 @@ class ChatService:
             "first_token_s": round((t_first or end) - start, 4),
             "total_s": round(end - start, 4),
             "prompt_tokens": info.n_prompt, "cached_tokens": info.n_cached,
-            "evaluated_prompt_tokens": info.n_prompt - info.n_cached,
+            "evaluated_prompt_tokens": info.n_prompt - info.n_cached if info.n_evaluated is None else info.n_evaluated,
             "completion_tokens": len(turn.completion_ids),
         }
         if t_first and len(turn.completion_ids) > 1:

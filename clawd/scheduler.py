@@ -1,0 +1,167 @@
+"""Idle-time jobs (design §9): judge the backlog, train when enough turns are ready, publish what
+training produced, close stale sessions — one heavy job at a time, never in a user's way.
+
+A tick runs every `tick_seconds` on APScheduler's thread (max one at a time). Idle means no
+request in flight, none for `idle_seconds`, and on CUDA a GPU below `gpu_busy_percent`. The
+judge yields to users between tokens by itself (the engine's priority lock); the trainer child
+is paused between micro-steps while anyone is being served, and resumed when idle again. Every
+job can be killed at any point: judgments are unique per turn, training resumes from its last
+checkpoint, publishing is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from .config import Settings
+from .store import Store
+
+log = logging.getLogger("clawd.scheduler")
+
+
+@dataclass
+class Activity:
+    in_flight: int
+    last_activity: float
+
+
+@dataclass
+class Jobs:
+    """The stage entry points the daemon hands in; the scheduler imports no stage itself."""
+
+    judge_backlog: Callable[[threading.Event], int]  # judges until done or the event is set
+    backlog_size: Callable[[], int]
+    ready_to_train: Callable[[], int]  # turns a round could use now
+    start_trainer: Callable[[], Any]  # -> a Trainer (start/pause/resume/alive/paused/events/stop)
+    publish: Callable[[], dict[str, Any] | None]  # publish the newest trained adapter, if any
+
+
+@dataclass
+class State:
+    doing: str = "starting"
+    since: float = field(default_factory=time.time)
+    last_train: dict[str, Any] | None = None
+    last_publish: dict[str, Any] | None = None
+    train_progress: dict[str, Any] | None = None
+    judge_progress: dict[str, Any] | None = None
+
+
+def gpu_busy_percent() -> float:
+    """GPU utilization from NVML; 0 where there is no NVIDIA GPU or no pynvml."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    except Exception:
+        return 0.0
+
+
+class Scheduler:
+    def __init__(self, settings: Settings, store: Store, activity: Callable[[], Activity], jobs: Jobs):
+        self.settings, self.store, self.activity, self.jobs = settings, store, activity, jobs
+        self.state = State()
+        self.trainer: Any = None
+        self._train_backoff_until = 0.0  # after a failed round: do not start another at every tick
+        self._failures = 0
+        self._stop_judge = threading.Event()
+        self._sched = BackgroundScheduler(daemon=True)
+        self._sched.add_job(self.tick, "interval", seconds=settings.tick_seconds, max_instances=1, coalesce=True,
+                            id="tick", next_run_time=None)
+
+    def start(self) -> None:
+        self._sched.start()
+        self._sched.modify_job("tick", next_run_time=_now())
+        log.info("scheduler started: idle after %.0fs, train at %d ready turns", self.settings.idle_seconds,
+                 self.settings.train_batch)
+
+    def shutdown(self) -> None:
+        self._stop_judge.set()
+        self._sched.shutdown(wait=False)
+        if self.trainer is not None and self.trainer.alive:
+            self.trainer.stop(timeout=30)
+
+    def _set(self, doing: str) -> None:
+        if doing != self.state.doing:
+            self.state.doing, self.state.since = doing, time.time()
+
+    def idle(self) -> bool:
+        a = self.activity()
+        if a.in_flight > 0 or time.time() - a.last_activity < self.settings.idle_seconds:
+            return False
+        return gpu_busy_percent() < self.settings.gpu_busy_percent
+
+    def tick(self) -> None:
+        try:
+            self._tick()
+        except Exception:  # a failing job must not kill the scheduler; it is retried next tick
+            log.exception("scheduler tick failed")
+
+    def _tick(self) -> None:
+        closed = self.store.close_stale_sessions(self.settings.session_timeout)
+        if closed:
+            log.info("closed %d idle session(s)", closed)
+        idle = self.idle()
+        if self.trainer is not None:
+            self._watch_trainer(idle)
+            return
+        if not idle:
+            self._set("serving" if self.activity().in_flight else "waiting for idle")
+            return
+        if self.jobs.backlog_size() > 0:
+            self._set("judging")
+            self._stop_judge.clear()
+            n = self.jobs.judge_backlog(self._stop_judge)
+            self.state.judge_progress = {"judged": n, "at": time.time()}
+            return
+        ready = self.jobs.ready_to_train()
+        if ready >= self.settings.train_batch and time.time() >= self._train_backoff_until:
+            log.info("%d turns ready: starting a training round", ready)
+            self._set("training")
+            self.trainer = self.jobs.start_trainer()
+            return
+        self._set("idle")
+
+    def _watch_trainer(self, idle: bool) -> None:
+        t = self.trainer
+        for ev in t.events():
+            self.state.train_progress = ev
+            if ev.get("event") in ("done", "idle", "stopped", "error"):
+                self.state.last_train = {**ev, "at": time.time()}
+                log.info("training round ended: %s", ev.get("event"))
+                if ev.get("event") == "error":
+                    # the same turns would fail the same way: wait 1, 2, 4 … 60 minutes
+                    self._failures += 1
+                    wait = 60.0 * min(2 ** (self._failures - 1), 60)
+                    self._train_backoff_until = time.time() + wait
+                    log.warning("training failed (%s); next try in %.0f min", ev.get("error"), wait / 60)
+                elif ev.get("event") == "done":
+                    self._failures = 0
+        if t.alive:
+            if not idle and not t.paused:
+                t.pause()
+                self._set("training (paused for a request)")
+            elif idle and t.paused:
+                t.resume()
+                self._set("training")
+            return
+        self.trainer = None
+        if (self.state.last_train or {}).get("event") == "done":
+            self._set("publishing")
+            result = self.jobs.publish()
+            self.state.last_publish = {**(result or {}), "at": time.time()}
+        self._set("idle")
+
+
+def _now():
+    from datetime import datetime
+
+    return datetime.now()

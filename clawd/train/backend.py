@@ -1,0 +1,227 @@
+"""The model being trained: a causal LM with one LoRA adapter, behind one interface.
+
+- `PeftBackend`: transformers + peft, full-precision base (CPU: fp32; CUDA without Unsloth: bf16).
+- `UnslothBackend` (CUDA): Unsloth's FastLanguageModel, base in 4-bit NF4 (bitsandbytes) — QLoRA.
+
+Both train on the same base weights: `train_base` if configured, else the served GGUF itself,
+dequantized by transformers once and kept as a Hugging Face checkpoint under
+`$CLAWD_HOME/train/base-<sha256>/` (later rounds load it in seconds instead of re-dequantizing;
+Unsloth can only load such a checkpoint). torch, transformers, peft and unsloth are imported
+lazily so the daemon never pays for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import resource
+import shutil
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Settings
+
+log = logging.getLogger("clawd.train")
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hf_base(settings: Settings, model_path: Path, sha256: str) -> Path:
+    """A Hugging Face checkpoint of the training base: `train_base`, or the served GGUF
+    dequantized once into $CLAWD_HOME/train/base-<sha256[:16]> (bf16 safetensors + tokenizer)."""
+    if settings.train_base is not None:
+        return settings.train_base.expanduser()
+    out = settings.home / "train" / f"base-{sha256[:16]}"
+    if (out / "config.json").is_file():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("dequantizing %s into %s (once per base model)", model_path.name, out)
+    model = AutoModelForCausalLM.from_pretrained(str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
+    # Save it as a plain checkpoint (design §12): no GGUF quantizer, a real architecture name.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.architectures = [type(model).__name__]
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(str(tmp), safe_serialization=True)
+    tok.save_pretrained(str(tmp))
+    (tmp / "clawd.json").write_text(json.dumps({"gguf": str(model_path), "sha256": sha256}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def is_oom(e: BaseException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text or "can't allocate" in text
+
+
+class Backend:
+    """What a training round needs from a model: token logprobs (student with the adapter,
+    teacher with it off), the trainable LoRA parameters and their state."""
+
+    name = "?"
+
+    def __init__(self, model: Any, tokenizer: Any, device: torch.device, base_dir: Path):
+        self.model, self.tokenizer, self.device, self.base_dir = model, tokenizer, device, base_dir
+        self.lora = [p for n, p in model.named_parameters() if "lora_" in n]
+        for p in self.lora:
+            p.requires_grad_(True)
+        self._init = self.lora_state()  # the fresh adapter (B = 0), for rounds with no parent
+
+    # -- tokens ------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Like the engine: BOS when the tokenizer adds one, never twice (templates write it too)."""
+        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        bos = self.tokenizer.bos_token_id
+        if len(ids) > 1 and bos is not None and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    # -- scoring -----------------------------------------------------------------------------
+    def logprobs(self, ids: list[int], n_prompt: int, adapter: bool = True) -> torch.Tensor:
+        """log π(ids[t] | ids[:t]) for the completion positions t ≥ n_prompt, at temperature 1.
+        Shape (C,), C = len(ids) - n_prompt; carries gradient when grad is enabled."""
+        x = torch.tensor([ids], device=self.device)  # (1, T)
+        n = len(ids) - n_prompt
+        with (nullcontext() if adapter else self.model.disable_adapter()):
+            logits = self._logits(x, n + 1)[0, :-1].float()  # (C, V): position t predicts token t+1
+        if logits.shape[0] != n:  # e.g. a fused-loss forward that returns no logits
+            raise RuntimeError(f"{self.name}: the model returned logits of shape {tuple(logits.shape)} for {n} tokens")
+        target = x[0, n_prompt:]  # (C,)
+        return logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+
+    def _logits(self, x: torch.Tensor, keep: int) -> torch.Tensor:
+        """Logits of the last `keep` positions, (1, keep, V): never the whole (T, V) matrix."""
+        try:
+            return self.model(input_ids=x, logits_to_keep=keep, use_cache=False).logits
+        except TypeError:  # a forward without logits_to_keep
+            return self.model(input_ids=x, use_cache=False).logits[:, -keep:]
+
+    # -- adapter state ----------------------------------------------------------------------
+    def lora_state(self) -> dict[str, torch.Tensor]:
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(self.model).items()}
+
+    def set_lora_state(self, state: dict[str, torch.Tensor]) -> None:
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(self.model, state)
+        missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
+        if missing or getattr(result, "unexpected_keys", None):
+            raise ValueError(f"adapter state does not fit this model: missing {missing[:3]}, "
+                             f"unexpected {list(result.unexpected_keys)[:3]}")
+
+    def reset_lora(self) -> None:
+        self.set_lora_state(self._init)
+
+    def load_lora(self, adapter_dir: Path) -> None:
+        """Continue from a saved peft adapter (same rank, alpha and modules)."""
+        from safetensors.torch import load_file
+
+        cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
+        mine = self.model.peft_config["default"]
+        if int(cfg["r"]) != mine.r or float(cfg["lora_alpha"]) != float(mine.lora_alpha):
+            raise ValueError(f"the adapter in {adapter_dir} has r={cfg['r']}, alpha={cfg['lora_alpha']}; the settings say "
+                             f"lora_r={mine.r}, lora_alpha={mine.lora_alpha}. Set them back, or train from the base "
+                             "weights by switching to no adapter first.")
+        self.set_lora_state(load_file(str(adapter_dir / "adapter_model.safetensors")))
+
+    def save_lora(self, out: Path) -> None:
+        self.model.save_pretrained(str(out), safe_serialization=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "device": str(self.device), "base": str(self.base_dir),
+                "trainable_params": sum(p.numel() for p in self.lora)}
+
+    def peak_memory_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated() / 2**20
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _lora_config(settings: Settings):
+    from peft import LoraConfig
+
+    return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0, bias="none",
+                      target_modules=TARGETS, task_type="CAUSAL_LM")
+
+
+class PeftBackend(Backend):
+    name = "peft"
+
+    @classmethod
+    def load(cls, settings: Settings, base_dir: Path, device: str = "cpu") -> "PeftBackend":
+        from peft import get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16  # bf16 autocast is slower on CPUs (§12)
+        model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype).to(device)
+        model.config.use_cache = False
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        torch.manual_seed(0)  # the same fresh adapter every time
+        model = get_peft_model(model, _lora_config(settings))
+        model.train()
+        return cls(model, AutoTokenizer.from_pretrained(str(base_dir)), torch.device(device), base_dir)
+
+
+class UnslothBackend(Backend):
+    name = "unsloth-qlora"
+
+    @classmethod
+    def load(cls, settings: Settings, base_dir: Path) -> "UnslothBackend":
+        os.environ.setdefault("UNSLOTH_RETURN_LOGITS", "1")  # otherwise its forward may return no logits
+        from unsloth import FastLanguageModel
+        from transformers import AutoTokenizer
+
+        model, _ = FastLanguageModel.from_pretrained(model_name=str(base_dir), max_seq_length=settings.max_train_tokens,
+                                                     dtype=None, load_in_4bit=True)
+        model = FastLanguageModel.get_peft_model(
+            model, r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0, bias="none",
+            target_modules=TARGETS, use_gradient_checkpointing="unsloth", random_state=0, use_rslora=False)
+        FastLanguageModel.for_training(model)
+        return cls(model, AutoTokenizer.from_pretrained(str(base_dir)), torch.device("cuda"), base_dir)
+
+
+def load_backend(settings: Settings, model_path: Path, sha256: str, kind: str = "auto") -> Backend:
+    """kind: auto (Unsloth on CUDA when installed, else peft), unsloth, or peft."""
+    threads = settings.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    cuda = torch.cuda.is_available()
+    if kind in ("auto", "unsloth") and cuda:
+        try:
+            import unsloth  # noqa: F401  (must come before transformers: it patches it)
+        except ImportError:
+            if kind == "unsloth":
+                raise
+            log.warning("CUDA is available but Unsloth is not installed (pip install 'clawd[cuda]'): "
+                        "training with plain peft in bf16, no 4-bit")
+        else:
+            return UnslothBackend.load(settings, hf_base(settings, model_path, sha256))
+    return PeftBackend.load(settings, hf_base(settings, model_path, sha256), "cuda" if cuda else "cpu")

@@ -1,0 +1,359 @@
+"""One training round, top to bottom (design §7).
+
+  1. select judged main turns that no finished run has used (or resume the staged round)
+  2. build samples: recorded ids, reward, hinted teacher prompt
+  3. load the model, check its tokenizer, start from the current adapter
+  4. score: log π_old (adapter on) and log π_teacher (adapter off, hint in the prompt), once
+  5. optimizer steps over minibatches, one sample per micro-step; a checkpoint after every step
+     in adapters/.staging/, so a kill loses at most one step and the next round resumes
+  6. write adapters/NNNN/ (peft adapter + meta.json) atomically, then the database rows
+
+The database's train tables are written through a connection of our own (Store has no API for
+them yet); turns, judgments and feedback are read through Store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import random
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Settings, ensure_home
+from ..store import Store
+from .backend import Backend, is_oom, load_backend, sha256_file
+from .loss import policy_loss
+from .samples import (WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns,
+                      signal)
+
+log = logging.getLogger("clawd.train")
+
+KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
+         "max_train_tokens", "w_rl", "w_opd", "train_base")
+MAX_GRAD_NORM = 1.0
+Progress = Callable[[dict[str, Any]], None]
+
+
+class TrainError(RuntimeError):
+    """A round that cannot run; the message names the fix."""
+
+
+class Stopped(Exception):
+    """The round was told to stop between micro-steps; its last checkpoint stays for the next round."""
+
+
+class Control:
+    """Pause and stop between micro-steps. `go` cleared = paused; `stop` set = stop (threading or
+    multiprocessing Events). `on_pause(paused)` hears when a pause takes effect and when it ends."""
+
+    def __init__(self, go=None, stop=None, on_pause: Callable[[bool], None] | None = None):
+        self.go, self.stop, self.on_pause = go, stop, on_pause or (lambda paused: None)
+
+    def checkpoint(self) -> None:
+        paused = False
+        while True:
+            if self.stop is not None and self.stop.is_set():
+                raise Stopped()
+            if self.go is None or self.go.is_set():
+                if paused:
+                    self.on_pause(False)
+                return
+            if not paused:
+                paused = True
+                self.on_pause(True)
+            self.go.wait(0.5)
+
+
+@dataclass
+class RoundResult:
+    run_id: int
+    version: int
+    path: Path
+    metrics: dict[str, Any]
+
+
+def run_round(settings: Settings, store: Store | None = None, backend: Backend | None = None,
+              progress: Progress | None = None, control: Control | None = None) -> RoundResult | None:
+    """Train one round; None when no turn is ready. `backend` lets a caller keep a loaded model."""
+    home = ensure_home(settings.home)
+    adapters = home / "adapters"
+    adapters.mkdir(exist_ok=True)
+    own = store is None
+    store = store or Store(home / "clawd.db")
+    db = _connect(store.path)
+    try:
+        with _exclusive(adapters / ".train.lock"):
+            return _round(settings, store, db, adapters, backend, progress or (lambda e: None), control or Control())
+    finally:
+        db.close()
+        if own:
+            store.close()
+
+
+def _round(settings, store, db, adapters, backend, progress, control) -> RoundResult | None:
+    staging = adapters / ".staging"
+    st = _load_staging(staging)
+    if st is None:
+        _fail_interrupted(db)
+        turn_ids = ready_turns(store, settings.train_method, settings.train_batch)
+        if not turn_ids:
+            log.info("no judged turns ready for %s training", settings.train_method)
+            return None
+        knobs = {k: getattr(settings, k) for k in KNOBS} | {"train_base": str(settings.train_base or "") or None}
+        parent = current_version(adapters)
+        st = {"run_id": _start_run(db, settings.train_method, turn_ids, parent), "turn_ids": turn_ids,
+              "parent": parent, "knobs": knobs, "step": 0, "losses": [], "version": None}
+    else:
+        log.info("resuming run %d at step %d", st["run_id"], st["step"])
+    k = st["knobs"]  # a resumed round keeps the settings it started with
+    run_id = st["run_id"]
+    try:
+        return _train(settings, store, db, adapters, staging, backend, progress, control, st, k)
+    except Stopped:
+        log.info("run %d stopped after step %d; the next round resumes it", run_id, st["step"])
+        raise
+    except Exception as e:
+        if isinstance(e, TokenizerMismatch):
+            e = TrainError(str(e))
+        elif is_oom(e):
+            e = TrainError(f"out of memory in training run {run_id}: lower max_train_tokens (now {k['max_train_tokens']}; "
+                           "a micro-step holds one sample of up to that many tokens, whatever train_batch is). "
+                           "Nothing was written and serving is unaffected; the next round starts this one afresh.")
+        _finish_run(db, run_id, "failed", error=str(e))
+        shutil.rmtree(staging, ignore_errors=True)
+        raise e
+
+
+def _train(settings, store, db, adapters, staging, backend, progress, control, st, k) -> RoundResult:
+    t0 = time.perf_counter()
+    model_path = settings.resolved_model()
+    sha = sha256_file(model_path)
+    progress({"event": "load", "run_id": st["run_id"], "turns": len(st["turn_ids"])})
+    if backend is None:
+        backend = load_backend(Settings(**{**settings.model_dump(), **k}), model_path, sha)
+    template = gguf_template(model_path)
+    turns = [store.turn(i) for i in st["turn_ids"]]
+    if any(t is None for t in turns):
+        raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
+    match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
+    samples = [build(t, *signal(store, t.id), template, backend.encode, k["max_train_tokens"]) for t in turns]
+    w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k["train_method"]], (k["w_rl"], k["w_opd"])))
+
+    if "old" in st and [len(o) for o in st["old"]] != [len(s.completion_ids) for s in samples]:
+        raise TrainError("the staged round does not match its turns any more; it was discarded, run again")
+    if "lora" in st:
+        backend.set_lora_state(st["lora"])
+    elif st["parent"] is not None:
+        try:
+            backend.load_lora(adapters / f"{st['parent']:04d}")
+        except ValueError as e:
+            raise TrainError(f"cannot continue from adapter {st['parent']}: {e}") from None
+    else:
+        backend.reset_lora()
+    if "old" not in st:
+        with torch.no_grad():  # π_old: the adapter at the start of the update; π_teacher: base weights + hint
+            st["old"] = [backend.logprobs(s.ids, len(s.prompt_ids)).cpu() for s in samples]
+            st["teacher"] = [backend.logprobs(s.teacher_ids, len(s.teacher_prompt_ids), adapter=False).cpu()
+                             if s.teacher_ids is not None and w_opd else o for s, o in zip(samples, st["old"])]
+        st["plan"] = _plan(len(samples), k["train_minibatch"], k["train_epochs"], seed=st["run_id"])
+        _save_staging(staging, st)  # from here a kill resumes without scoring again
+    opt = torch.optim.AdamW(backend.lora, lr=k["lr"], weight_decay=0.0)
+    if "optim" in st:
+        opt.load_state_dict(st["optim"])
+    plan = st["plan"]
+    progress({"event": "start", "run_id": st["run_id"], "samples": len(samples), "steps": len(plan), "step": st["step"],
+              "tokenizer": match, **backend.describe()})
+
+    dev = backend.device
+    for step in range(st["step"], len(plan)):
+        total = 0.0
+        for i in plan[step]:
+            control.checkpoint()
+            s = samples[i]
+            logp = backend.logprobs(s.ids, len(s.prompt_ids))[None]  # (1, C)
+            old, teacher = st["old"][i].to(dev)[None], st["teacher"][i].to(dev)[None]  # (1, C)
+            loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
+                               w_rl, w_opd) / len(plan[step])
+            loss.backward()
+            total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        st["step"], st["losses"] = step + 1, st["losses"] + [total]
+        st["lora"], st["optim"] = backend.lora_state(), opt.state_dict()
+        _save_staging(staging, st)
+        progress({"event": "step", "step": step + 1, "steps": len(plan), "loss": total})
+
+    seconds = time.perf_counter() - t0
+    metrics = _metrics(samples, st, w_opd, seconds, backend)
+    version, path = _write_adapter(adapters, staging, db, backend, st, k, metrics, model_path, sha)
+    _record(db, st, version, path, metrics)
+    shutil.rmtree(staging, ignore_errors=True)
+    log.info("run %d: adapter %04d from %d turns, loss %.4f → %.4f, %.0fs", st["run_id"], version, len(samples),
+             st["losses"][0], st["losses"][-1], seconds)
+    progress({"event": "done", "run_id": st["run_id"], "version": version, "path": str(path), **metrics})
+    return RoundResult(st["run_id"], version, path, metrics)
+
+
+def _plan(n: int, minibatch: int, epochs: int, seed: int) -> list[list[int]]:
+    """Minibatches of sample indices, reshuffled each epoch; fixed by `seed` so a resume matches."""
+    rng, plan = random.Random(seed), []
+    for _ in range(epochs):
+        order = list(range(n))
+        rng.shuffle(order)
+        plan += [order[i:i + minibatch] for i in range(0, n, minibatch)]
+    return plan
+
+
+def _metrics(samples: list[Sample], st: dict, w_opd: float, seconds: float, backend: Backend) -> dict[str, Any]:
+    opd = [float((t - o).mean()) for s, t, o in zip(samples, st["teacher"], st["old"]) if s.teacher_ids is not None and w_opd]
+    tokens = sum(len(samples[i].ids) for batch in st["plan"] for i in batch)
+    return {"samples": len(samples), "rewards": [s.reward for s in samples],
+            "mean_reward": sum(s.reward for s in samples) / len(samples), "opd_samples": len(opd),
+            "mean_opd_advantage": sum(opd) / len(opd) if opd else None, "losses": st["losses"], "steps": len(st["plan"]),
+            "tokens_trained": tokens, "cut_tokens": sum(s.cut for s in samples), "seconds": round(seconds, 2),
+            "peak_memory_mb": round(backend.peak_memory_mb(), 1)}
+
+
+# -- output ----------------------------------------------------------------------------------
+def _write_adapter(adapters: Path, staging: Path, db: sqlite3.Connection, backend: Backend, st: dict, k: dict, metrics: dict,
+                   model_path: Path, sha: str) -> tuple[int, Path]:
+    """adapters/NNNN/ appears whole or not at all: written in a temp dir, then renamed."""
+    if st["version"] is None:
+        st["version"] = next_version(adapters, db)
+        _save_staging(staging, st)  # a kill from here on finishes this same version
+    version = st["version"]
+    path = adapters / f"{version:04d}"
+    if (path / "meta.json").is_file() and json.loads((path / "meta.json").read_text()).get("run_id") == st["run_id"]:
+        return version, path  # written before a kill; only the rows were missing
+    tmp = adapters / f".tmp-{version:04d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    backend.save_lora(tmp)
+    meta = {"version": version, "parent": st["parent"], "run_id": st["run_id"], "method": k["train_method"],
+            "turn_ids": st["turn_ids"], "base_model": {"path": str(model_path), "sha256": sha},
+            "hf_base": str(backend.base_dir), "settings": k, "backend": backend.describe(),
+            "metrics": metrics, "created": time.time(),
+            "versions": {"torch": torch.__version__}}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    _fsync_dir(tmp)
+    os.rename(tmp, path)
+    _fsync_dir(adapters)
+    return version, path
+
+
+def current_version(adapters: Path) -> int | None:
+    """The version `adapters/current` names (a symlink to NNNN, or a file holding the number); publish owns it."""
+    cur = adapters / "current"
+    if cur.is_symlink():
+        name = os.readlink(cur)
+    elif cur.is_file():
+        name = cur.read_text().strip()
+    else:
+        return None
+    try:
+        version = int(Path(name.rstrip("/")).name)
+    except ValueError:
+        raise TrainError(f"{cur} names {name!r}, not an adapter version") from None
+    if not (adapters / f"{version:04d}" / "adapter_config.json").is_file():
+        raise TrainError(f"{cur} names version {version}, but {adapters / f'{version:04d}'} holds no adapter")
+    return version
+
+
+def next_version(adapters: Path, db: sqlite3.Connection) -> int:
+    taken = [int(p.name) for p in adapters.iterdir() if p.name.isdigit()]
+    return max([*taken, db.execute("SELECT COALESCE(MAX(version), 0) FROM adapters").fetchone()[0]]) + 1
+
+
+# -- database --------------------------------------------------------------------------------
+def _connect(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+    con.execute("PRAGMA synchronous=FULL")
+    con.execute("PRAGMA foreign_keys=ON")
+    return con
+
+
+def _start_run(db: sqlite3.Connection, method: str, turn_ids: list[int], parent: int | None) -> int:
+    return db.execute("INSERT INTO train_runs (method, status, turn_ids, parent_version, started) VALUES (?, 'running', ?, ?, ?)",
+                      (method, json.dumps(turn_ids), parent, time.time())).lastrowid
+
+
+def _finish_run(db: sqlite3.Connection, run_id: int, status: str, error: str | None = None) -> None:
+    db.execute("UPDATE train_runs SET status = ?, error = ?, finished = ? WHERE id = ?", (status, error, time.time(), run_id))
+
+
+def _fail_interrupted(db: sqlite3.Connection) -> None:
+    """Runs left 'running' with no checkpoint to resume (killed before their first step)."""
+    n = db.execute("UPDATE train_runs SET status = 'failed', error = 'interrupted before its first checkpoint',"
+                   " finished = ? WHERE status = 'running'", (time.time(),)).rowcount
+    if n:
+        log.info("%d interrupted training run(s) marked failed", n)
+
+
+def _record(db: sqlite3.Connection, st: dict, version: int, path: Path, metrics: dict) -> None:
+    """One transaction: the adapter row, the turns consumed, the run done."""
+    meta = (path / "meta.json").read_text()
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("INSERT OR IGNORE INTO adapters (version, path, parent, status, meta, created) VALUES (?, ?, ?, 'trained', ?, ?)",
+                   (version, str(path), st["parent"], meta, time.time()))
+        db.executemany("INSERT OR IGNORE INTO train_uses (turn_id, run_id) VALUES (?, ?)",
+                       [(t, st["run_id"]) for t in st["turn_ids"]])
+        db.execute("UPDATE train_runs SET status = 'done', adapter_version = ?, metrics = ?, error = NULL, finished = ?"
+                   " WHERE id = ?", (version, json.dumps(metrics), time.time(), st["run_id"]))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+# -- files -----------------------------------------------------------------------------------
+@contextmanager
+def _exclusive(path: Path):
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TrainError(f"another training round is running (it holds {path})") from None
+        yield
+
+
+def _save_staging(staging: Path, st: dict) -> None:
+    staging.mkdir(exist_ok=True)
+    tmp = staging / "state.pt.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(st, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, staging / "state.pt")
+    _fsync_dir(staging)
+
+
+def _load_staging(staging: Path) -> dict | None:
+    path = staging / "state.pt"
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # a torn file cannot happen (rename), but a version change can
+        log.warning("discarding unreadable training checkpoint %s: %s", path, e)
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

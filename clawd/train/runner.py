@@ -1,0 +1,111 @@
+"""The trainer as a child process the daemon can start, pause, resume and stop (design §2).
+
+A crash or an out-of-memory in training never takes serving down, and the child's memory (the
+model, CUDA's included) goes back to the system when it exits. Pausing takes effect between
+micro-steps (one sample's forward and backward); stopping keeps the last step's checkpoint,
+which the next round resumes. This module imports no torch: the daemon stays light.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+
+log = logging.getLogger("clawd.train")
+
+
+def _child(settings: dict[str, Any], go, stop, events) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if (Path(settings["home"]) / "clawd.log").is_file():  # the daemon's log, appended to as the daemon does
+        handlers.append(logging.FileHandler(Path(settings["home"]) / "clawd.log"))
+    logging.basicConfig(level=str(settings.get("log_level", "INFO")).upper(), handlers=handlers,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the daemon's terminal: the parent decides
+    os.nice(10)  # a request arriving mid micro-step still gets the CPU first (pause waits for the step's end)
+    from .loop import Control, Stopped, run_round
+
+    try:
+        control = Control(go, stop, on_pause=lambda paused: events.put({"event": "paused" if paused else "resumed"}))
+        result = run_round(Settings(**settings), progress=events.put, control=control)
+        if result is None:
+            events.put({"event": "idle"})
+    except Stopped:
+        events.put({"event": "stopped"})
+    except Exception as e:  # reported to the parent; the traceback goes to the log
+        logging.getLogger("clawd.train").exception("training failed")
+        events.put({"event": "error", "error": str(e)})
+        raise SystemExit(1)
+
+
+class Trainer:
+    """One training round in a spawned child. Poll `events()` for its progress dicts
+    (load, start, step, paused, resumed, then done | idle | stopped | error)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        ctx = mp.get_context("spawn")  # never fork a process holding llama.cpp threads
+        self._go, self._stop, self._events = ctx.Event(), ctx.Event(), ctx.Queue()
+        self._go.set()
+        self.proc = ctx.Process(target=_child, args=(settings.model_dump(mode="json"), self._go, self._stop, self._events),
+                                name="clawd-train", daemon=True)
+        self._ended = False
+
+    def start(self) -> "Trainer":
+        self.proc.start()
+        log.info("trainer started (pid %d)", self.proc.pid)
+        return self
+
+    def pause(self) -> None:
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._go.is_set()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """Stop at the next micro-step (the last checkpoint stays); kill if it does not exit in time."""
+        self._stop.set()
+        self._go.set()
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            log.warning("trainer did not stop within %.0fs: killing it (the next round resumes its last step)", timeout)
+            self.proc.kill()
+            self.proc.join()
+        return self.proc.exitcode
+
+    def join(self, timeout: float | None = None) -> int | None:
+        self.proc.join(timeout)
+        return self.proc.exitcode
+
+    def events(self) -> list[dict[str, Any]]:
+        """Events since the last call; an exit without a final event becomes an error event."""
+        out = []
+        while True:
+            try:
+                out.append(self._events.get_nowait())
+            except queue.Empty:
+                break
+        final = {"done", "idle", "stopped", "error"}
+        if any(e["event"] in final for e in out):
+            self._ended = True
+        elif not self._ended and self.proc.exitcode is not None:
+            self._ended = True
+            code = self.proc.exitcode
+            why = (" — killed by the system, most likely out of memory: lower max_train_tokens"
+                   if code == -signal.SIGKILL else "")
+            out.append({"event": "error", "error": f"trainer exited with code {code}{why}"})
+        return out

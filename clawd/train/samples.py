@@ -1,0 +1,210 @@
+"""Judged turns → training samples (design §7).
+
+A sample is what the engine served, token for token: the recorded prompt ids and completion ids
+(never re-tokenized), a reward (the user's explicit feedback first, else the judge's score) and,
+for OPD, the teacher prompt: the same request with the judge's hint appended to the last user
+message, rendered with the engine's own template code (`clawd.chat_template`) and tokenized by
+the training tokenizer, followed by the same completion ids.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..chat_template import ChatTemplate, TemplateError
+from ..records import Turn
+from ..store import Store
+
+log = logging.getLogger("clawd.train")
+
+HINT_MARK = "\n\n[user's hint]\n"
+MIN_PROMPT = 64  # a cut prompt keeps at least this many tokens before the completion
+# What the engine renders with when a GGUF has no template (the same text as clawd.engine's).
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+Encode = Callable[[str], list[int]]
+WEIGHTS = {"rl": (1.0, 0.0), "opd": (0.0, 1.0), "combined": (1.0, 1.0)}  # method → factors of (w_rl, w_opd)
+
+
+@dataclass
+class Sample:
+    turn_id: int
+    prompt_ids: list[int]  # the engine's ids, cut from the left past max_train_tokens
+    completion_ids: list[int]
+    reward: float  # -1, 0 or +1
+    hint: str | None = None
+    teacher_prompt_ids: list[int] | None = None  # hinted prompt; None without a hint
+    cut: int = 0  # prompt tokens dropped
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt_ids + self.completion_ids
+
+    @property
+    def teacher_ids(self) -> list[int] | None:
+        return None if self.teacher_prompt_ids is None else self.teacher_prompt_ids + self.completion_ids
+
+
+class TokenizerMismatch(RuntimeError):
+    """The training tokenizer does not give the engine's token ids."""
+
+
+def gguf_template(model_path: Path) -> ChatTemplate:
+    """The chat template the engine renders with: the GGUF's own, with its BOS/EOS text."""
+    from llama_cpp import Llama
+
+    llm = Llama(str(model_path), vocab_only=True, verbose=False)  # the header and vocabulary only
+
+    def piece(token: int) -> str:
+        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    source = llm.metadata.get("tokenizer.chat_template") or CHATML
+    return ChatTemplate(source, bos_token=piece(llm.token_bos()), eos_token=piece(llm.token_eos()))
+
+
+def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Recorded request messages (as the client sent them) → what the engine rendered.
+
+    Mirrors serve's normalization without its validation (a recorded request was valid):
+    developer → system, list content joined, null → "", tool messages named after their call.
+    """
+    calls: dict[str, str] = {}
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text") or "" for p in content)
+        msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"], "content": content or ""}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = []
+            for c in m["tool_calls"]:
+                args = c["function"].get("arguments", "{}")
+                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                calls[c["id"]] = c["function"]["name"]
+                msg["tool_calls"].append({"id": c["id"], "type": "function",
+                                          "function": {"name": c["function"]["name"], "arguments": args}})
+        if m["role"] == "tool":
+            msg["tool_call_id"] = m.get("tool_call_id")
+            msg["name"] = m.get("name") or calls.get(m.get("tool_call_id") or "", "")
+        elif m.get("name"):
+            msg["name"] = m["name"]
+        out.append(msg)
+    return out
+
+
+def _tools(request: dict[str, Any]) -> list[dict[str, Any]] | None:
+    return (request.get("tools") or None) if request.get("tool_choice") != "none" else None
+
+
+def render(template: ChatTemplate, request: dict[str, Any], hint: str | None = None) -> str:
+    """The prompt text of a recorded request; with `hint`, the OPD teacher's prompt."""
+    messages = normalize_messages(request["messages"])
+    if hint is not None:
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is None:
+            messages.append({"role": "user", "content": HINT_MARK.lstrip() + hint})
+        else:
+            messages[last_user] = {**messages[last_user], "content": messages[last_user]["content"] + HINT_MARK + hint}
+    return template.render(messages, _tools(request))
+
+
+def check_tokenizer(turn: Turn, template: ChatTemplate, encode: Encode, decode: Callable[[list[int]], str]) -> str:
+    """Refuse to train unless the training tokenizer gives the engine's ids for a recorded turn.
+
+    Re-rendering the request must reproduce the recorded prompt ids exactly ("exact"). A template
+    that writes today's date cannot; then decoding and re-encoding the recorded ids must give
+    them back ("roundtrip": the tokenizer agrees, teacher prompts may differ in such details).
+    """
+    try:
+        if encode(render(template, turn.request)) == turn.prompt_ids:
+            return "exact"
+    except TemplateError:
+        pass
+    again = encode(decode(turn.prompt_ids))
+    if again == turn.prompt_ids:
+        log.warning("turn %d: re-rendering its request does not reproduce the recorded prompt, though the tokenizer "
+                    "agrees with the engine; hinted teacher prompts may differ from what the engine would render",
+                    turn.id)
+        return "roundtrip"
+    i = next((k for k, (a, b) in enumerate(zip(again, turn.prompt_ids)) if a != b), min(len(again), len(turn.prompt_ids)))
+    raise TokenizerMismatch(
+        f"the training tokenizer does not reproduce the engine's token ids (turn {turn.id}: first difference at "
+        f"token {i} of {len(turn.prompt_ids)}, engine {turn.prompt_ids[i:i + 3]} vs trainer {again[i:i + 3]}). "
+        "Training on it would teach the wrong tokens. Unset train_base to train from the served GGUF itself, "
+        "or point it at the Hugging Face checkpoint the GGUF was converted from.")
+
+
+def system_prefix(template: ChatTemplate, request: dict[str, Any], encode: Encode, ids: list[int]) -> int:
+    """How many leading ids are the system message (kept when a long history is cut); 0 if none."""
+    messages = normalize_messages(request["messages"])
+    if not messages or messages[0]["role"] != "system":
+        return 0
+    try:
+        head = encode(template.render(messages[:1], _tools(request), add_generation_prompt=False))
+    except TemplateError:
+        return 0
+    return len(head) if ids[: len(head)] == head else 0
+
+
+def fit(prompt: list[int], completion: list[int], keep: int, limit: int) -> tuple[list[int], list[int], int]:
+    """Cut (prompt, completion) to `limit` tokens: the completion loses its end only if it alone
+    leaves under MIN_PROMPT prompt tokens; the prompt loses history from the left, after its first
+    `keep` tokens (the system prompt) when they leave room. Returns (prompt, completion, cut)."""
+    completion = completion[: max(1, limit - MIN_PROMPT)]
+    room = limit - len(completion)
+    if len(prompt) <= room:
+        return prompt, completion, 0
+    if keep > room - MIN_PROMPT:  # the system prompt alone does not fit: plain left truncation
+        keep = 0
+    return prompt[:keep] + prompt[len(prompt) - (room - keep):], completion, len(prompt) - room
+
+
+def signal(store: Store, turn_id: int) -> tuple[float, str | None]:
+    """(reward, hint) of a turn: explicit feedback overrides the judge's score; the hint is the judge's."""
+    fb, j = store.feedback(turn_id), store.judgment(turn_id)
+    reward = fb.score if fb is not None else (j.score if j is not None else 0)
+    hint = j.hint if j is not None and j.hint and j.hint.strip() else None
+    return float(reward), hint
+
+
+def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, encode: Encode, limit: int) -> Sample:
+    keep = system_prefix(template, turn.request, encode, turn.prompt_ids)
+    prompt, completion, cut = fit(turn.prompt_ids, turn.completion_ids, keep, limit)
+    teacher = None
+    if hint is not None:
+        try:
+            full = encode(render(template, turn.request, hint))
+            teacher, _, _ = fit(full, turn.completion_ids, system_prefix(template, turn.request, encode, full), limit)
+        except TemplateError as e:
+            log.warning("turn %d: the template refused the hinted prompt (%s); its hint is not used", turn.id, e)
+            hint = None
+    if cut:
+        log.info("turn %d: %d history tokens cut to fit max_train_tokens=%d", turn.id, cut, limit)
+    return Sample(turn.id, prompt, completion, reward, hint, teacher, cut)
+
+
+def ready_turns(store: Store, method: str, limit: int) -> list[int]:
+    """Main turns with a signal for `method` that no finished run has used, oldest first."""
+    rl, opd = (w > 0 for w in WEIGHTS[method])
+    con = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute(
+            "SELECT t.id FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
+            " WHERE t.kind = 'main' AND t.status = 'ok' AND length(t.completion_ids) > 0"
+            " AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
+            " AND ((? AND COALESCE(f.score, j.score) != 0) OR (? AND trim(COALESCE(j.hint, '')) != ''))"
+            " AND t.id NOT IN (SELECT u.turn_id FROM train_uses u JOIN train_runs r ON r.id = u.run_id"
+            "                  WHERE r.status = 'done')"
+            " ORDER BY t.id LIMIT ?", (int(rl), int(opd), limit)).fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]

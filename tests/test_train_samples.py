@@ -1,0 +1,108 @@
+"""Samples from recorded turns: normalization as served, the hinted teacher prompt, left truncation
+keeping the system prompt, reward precedence. Tokenized with llama.cpp's vocabulary, like the engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from llama_cpp import Llama
+
+from clawd.config import bundled_model_path
+from clawd.records import Feedback, Judgment, Turn
+from clawd.serve import protocol
+from clawd.store import Store
+from clawd.train import samples as S
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "openclaw"
+
+
+@pytest.fixture(scope="module")
+def engine_encode():
+    llm = Llama(str(bundled_model_path()), vocab_only=True, verbose=False)
+
+    def encode(text: str) -> list[int]:  # what clawd.engine.Engine.tokenize does
+        ids = llm.tokenize(text.encode(), add_bos=True, special=True)
+        return ids[1:] if len(ids) > 1 and ids[0] == ids[1] == llm.token_bos() else ids
+
+    encode.llm = llm
+    return encode
+
+
+@pytest.fixture(scope="module")
+def template():
+    return S.gguf_template(bundled_model_path())
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="OpenClaw fixtures not present")
+@pytest.mark.parametrize("name", ["tool_followup_request", "turn2_same_session", "compaction_request"])
+def test_recorded_request_normalizes_as_served(name):
+    """The trainer's mirror of serve's normalization gives the messages the engine rendered."""
+    body = json.loads((FIXTURES / f"{name}.json").read_text())["body"]
+    req = protocol.parse_request(json.dumps(body).encode())
+    recorded = [m.model_dump(exclude_none=True) for m in req.messages]  # what serve stores in turns.request
+    assert S.normalize_messages(json.loads(json.dumps(recorded))) == protocol.normalize_messages(req)
+
+
+def test_teacher_prompt_appends_the_hint_to_the_last_user_message(template):
+    req = {"messages": [{"role": "developer", "content": "Be brief."},
+                        {"role": "user", "content": [{"type": "text", "text": "first"}]},
+                        {"role": "assistant", "content": "ok"},
+                        {"role": "user", "content": "second"}], "tools": [], "tool_choice": "none"}
+    plain, hinted = S.render(template, req), S.render(template, req, "Use a list.")
+    assert "<|im_start|>system\nBe brief.<|im_end|>" in plain
+    assert hinted == plain.replace("second<|im_end|>", "second\n\n[user's hint]\nUse a list.<|im_end|>")
+    assert hinted.count("[user's hint]") == 1
+
+
+def test_fit_cuts_history_from_the_left_keeping_the_system_prompt():
+    prompt, completion = list(range(1000)), list(range(5000, 5010))
+    p, c, cut = S.fit(prompt, completion, keep=100, limit=300)
+    assert c == completion and len(p) + len(c) == 300 and cut == 1000 - 290
+    assert p[:100] == prompt[:100] and p[100:] == prompt[-190:]
+    assert S.fit(prompt, completion, keep=100, limit=2000) == (prompt, completion, 0)
+    p, _, _ = S.fit(prompt, completion, keep=280, limit=300)  # the system prompt alone does not fit
+    assert p == prompt[-290:]
+    p, c, _ = S.fit(prompt, list(range(400)), keep=0, limit=300)  # a completion too long loses its end
+    assert len(c) == 300 - S.MIN_PROMPT and p == prompt[-S.MIN_PROMPT:]
+
+
+def test_build_truncates_student_and_teacher_alike(template, engine_encode):
+    history = []
+    for i in range(30):
+        history += [{"role": "user", "content": f"Question {i}: tell me about the number {i}."},
+                    {"role": "assistant", "content": f"The number {i} is a fine number, bigger than {i - 1}."}]
+    req = {"messages": [{"role": "system", "content": "You are a counting assistant."}, *history,
+                        {"role": "user", "content": "And 31?"}], "tools": [], "tool_choice": "none"}
+    prompt = engine_encode(S.render(template, req))
+    completion = engine_encode.llm.tokenize(b"31 is prime.", add_bos=False, special=False)
+    turn = Turn(session_id=1, index=0, kind="main", completion_id="c", request=req, prompt_ids=prompt,
+                completion_ids=completion, id=7)
+    system = engine_encode(template.render(req["messages"][:1], add_generation_prompt=False))
+    s = S.build(turn, 1.0, "Say why.", template, engine_encode, limit=200)
+    assert len(s.ids) == 200 and s.cut == len(prompt) + len(completion) - 200
+    assert s.prompt_ids[: len(system)] == system and s.prompt_ids[len(system):] == prompt[-(200 - len(completion) - len(system)):]
+    assert len(s.teacher_ids) == 200 and s.teacher_ids[-len(completion):] == completion
+    assert s.teacher_prompt_ids[: len(system)] == system
+    teacher_tail = engine_encode.llm.detokenize(s.teacher_prompt_ids[-20:], special=True).decode()
+    assert "[user's hint]\nSay why.<|im_end|>\n<|im_start|>assistant\n" in teacher_tail
+    short = S.build(turn, -1.0, None, template, engine_encode, limit=8192)
+    assert short.prompt_ids == prompt and short.completion_ids == completion and short.teacher_ids is None
+
+
+def test_reward_feedback_first_then_judge(tmp_path):
+    store = Store(tmp_path / "clawd.db")
+    sid = store.open_session("s")
+    ids = []
+    for i in range(3):
+        t = Turn(session_id=sid, index=i, kind="main", completion_id=f"c{i}", request={"messages": []}, prompt_ids=[1])
+        ids.append(store.insert_turn(t))
+    store.add_judgment(Judgment(turn_id=ids[0], method="vote", score=1, judge_model="m", hint="  Be shorter. "))
+    store.add_judgment(Judgment(turn_id=ids[1], method="vote", score=1, judge_model="m", hint="   "))
+    store.set_feedback(Feedback(turn_id=ids[1], score=-1))
+    store.set_feedback(Feedback(turn_id=ids[2], score=1))
+    assert S.signal(store, ids[0]) == (1.0, "  Be shorter. ")
+    assert S.signal(store, ids[1]) == (-1.0, None)  # explicit feedback overrides the judge; a blank hint is none
+    assert S.signal(store, ids[2]) == (1.0, None)
+    store.close()
