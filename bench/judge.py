@@ -83,39 +83,60 @@ def run_method(judge: Judge, cases, method: str) -> dict:
     return res
 
 
-def ttft(engine: Engine, prompt: list[int]) -> float:
+def ttft(engine: Engine, prompt: list[int]) -> tuple[float, float]:
+    """(seconds until the request holds the engine, seconds until its first token)."""
     t0 = time.perf_counter()
     with engine.lock.user():
+        t_lock = time.perf_counter()
         gen = engine.generate(prompt, Sampling(temperature=0, max_tokens=1), GenInfo())
         next(gen, None)
         gen.close()
-    return time.perf_counter() - t0
+    return t_lock - t0, time.perf_counter() - t0
 
 
 def mid_judge_ttft(judge: Judge, cases, reps: int) -> dict:
-    """A fresh (uncached) short user request, on an idle engine and then while the judge samples."""
+    """A fresh (uncached) short user request, on an idle engine and then while the judge works
+    (evaluating its prompt or sampling votes). The lock wait is what the judge adds; the time to
+    first token also holds the request's own prompt, which on a busy CPU varies more than that."""
     engine = judge.engine
     prompts = [engine.tokenize(engine.template.render([{"role": "user", "content": f"Request {i}: name a fruit."}]))
                for i in range(2 * reps)]
     idle = [ttft(engine, prompts[i]) for i in range(reps)]
-    mid, judge_s = [], []
+    mid, judge_s, aborts = [], [], judge.context.aborts
     for i in range(reps):
-        c, turn, ns = cases[i % len(cases)]
+        c, turn, ns = cases[(7 * i) % len(cases)]
+        judge.context._truncate(0)  # a cold judge prompt, so some requests land in its evaluation
         done = threading.Event()
         t = threading.Thread(target=lambda: (judge.judge_turn(turn, ns, method="vote"), done.set()))
         t0 = time.perf_counter()
         t.start()
-        time.sleep(random.uniform(1.0, 2.5))  # inside the judge's prompt or its sampling
-        landed_mid = not done.is_set()
+        time.sleep(random.uniform(0.05, 2.0))
+        if done.is_set():
+            print("  (judge had already finished; that request did not land mid-judge)", file=sys.stderr)
         mid.append(ttft(engine, prompts[reps + i]))
         t.join()
         judge_s.append(time.perf_counter() - t0)
-        if not landed_mid:
-            print("  (judge had already finished; that request did not land mid-judge)", file=sys.stderr)
-    return {"idle_ttft_s": [round(x, 3) for x in idle], "mid_judge_ttft_s": [round(x, 3) for x in mid],
-            "added_ttft_s_median": round(statistics.median(mid) - statistics.median(idle), 3),
-            "added_ttft_s_max": round(max(mid) - statistics.median(idle), 3),
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    return {"idle_lock_s": [round(a, 4) for a, _ in idle], "idle_ttft_s": [round(b, 3) for _, b in idle],
+            "mid_lock_s": [round(a, 4) for a, _ in mid], "mid_ttft_s": [round(b, 3) for _, b in mid],
+            "added_ttft_s_median": round(med([b for _, b in mid]) - med([b for _, b in idle]), 3),
+            "lock_wait_s_max": round(max(a for a, _ in mid), 4),
+            "prompt_batches_aborted": judge.context.aborts - aborts,
             "judge_finished_after_s": [round(x, 2) for x in judge_s]}
+
+
+def hint_rate(judge: Judge, cases) -> dict:
+    """Hint votes on turns where the next state shows a better answer (label -1)."""
+    votes, with_hint, examples = [], 0, []
+    for c, turn, ns in cases:
+        j = judge.judge_turn(turn, ns, method="score")
+        hv = [v for v in j.votes if v.kind == "hint"]
+        votes += [v.value for v in hv]
+        with_hint += j.hint is not None
+        examples.append({"id": c["id"], "values": [v.value for v in hv], "hint": j.hint})
+        print(f"  hint  {c['id']:18s} values {[v.value for v in hv]} hint {j.hint!r}", file=sys.stderr, flush=True)
+    return {"turns": len(cases), "votes": len(votes), "valid_votes": sum(v is not None for v in votes),
+            "positive_votes": sum(v == 1 for v in votes), "turns_with_hint": with_hint, "examples": examples}
 
 
 def qwen_model() -> Path | None:
@@ -135,6 +156,7 @@ def main() -> None:
     ap.add_argument("--vote-limit", type=int, default=0, help="only N cases for 'vote' (it is ~10× slower)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--ttft-reps", type=int, default=3, help="mid-judge time-to-first-token repetitions (0 = skip)")
+    ap.add_argument("--hint-cases", type=int, default=0, help="also sample hint votes on N negative cases")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "judge.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -153,15 +175,19 @@ def main() -> None:
         judge = Judge(engine, None, settings)
         res: dict = {"model": str(model), "cases": len(cases), "votes": settings.judge_votes,
                      "temperature": settings.judge_temperature, "margin": settings.judge_margin}
-        for method in args.methods.split(","):
+        methods = [m for m in args.methods.split(",") if m in ("vote", "score")]
+        for method in methods:
             subset = spread[:args.vote_limit] if method == "vote" and args.vote_limit else cases
             res[method] = run_method(judge, subset, method)
             res[method]["n"] = len(subset)
         if args.ttft_reps:
             res["ttft"] = mid_judge_ttft(judge, cases, args.ttft_reps)
+        if args.hint_cases:
+            judge.settings = Settings()  # the default hint votes
+            res["hints"] = hint_rate(judge, [x for x in spread if x[0]["label"] == -1][:args.hint_cases])
         results[model.name] = res
         print(f"\n{model.name}")
-        for method in args.methods.split(","):
+        for method in methods:
             r = res[method]
             print(f"  {method:5s} accuracy {r['accuracy']:.2f} on {r['n']} cases, {r['s_per_turn']:.2f} s/turn")
             print("        label\\verdict   +1   0  -1")
@@ -174,8 +200,13 @@ def main() -> None:
                 print(f"        failed votes: {r['failed_votes']} of {r['votes']}")
         if "ttft" in res:
             t = res["ttft"]
-            print(f"  time to first token: idle {t['idle_ttft_s']}, mid-judge {t['mid_judge_ttft_s']} "
-                  f"(added: median {t['added_ttft_s_median']}s, max {t['added_ttft_s_max']}s)")
+            print(f"  user request mid-judge: waited for the engine {t['mid_lock_s']} s (max {t['lock_wait_s_max']}); "
+                  f"time to first token idle {t['idle_ttft_s']}, mid-judge {t['mid_ttft_s']} "
+                  f"(median added {t['added_ttft_s_median']} s)")
+        if "hints" in res:
+            h = res["hints"]
+            print(f"  hint votes on {h['turns']} negative turns: {h['valid_votes']}/{h['votes']} valid, "
+                  f"{h['positive_votes']} positive, {h['turns_with_hint']} turn(s) got a hint")
         sys.stdout.flush()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))  # after each model: a long run keeps what it measured

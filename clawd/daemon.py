@@ -13,7 +13,7 @@ from . import __version__
 from .config import Settings, ensure_home
 from .engine import Engine
 from .judge import Judge
-from .publish import Adapters
+from .publish import AdapterError, Adapters
 from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
@@ -70,6 +70,9 @@ class Daemon:
     def _publish(self) -> dict[str, Any] | None:
         try:
             return self.adapters.publish()
+        except AdapterError as e:  # rejected by the gate, or nothing to publish: an outcome, not a crash
+            log.warning("not published: %s", e)
+            return {"published": False, "error": str(e)}
         except Exception as e:  # a failed publish leaves the live adapter as it was
             log.exception("publishing failed")
             return {"published": False, "error": str(e)}

@@ -52,7 +52,9 @@ If yes, write \\boxed{{1}} and then a concrete, actionable hint to the assistant
 If no, write \\boxed{{-1}} and nothing else."""
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_HINT = re.compile(re.escape(HINT_START) + r"(.*?)" + re.escape(HINT_END), re.S)
+# Small judges write the markers loosely ("HINT_START", "**[HINT_START]**") and often stop without
+# the end marker; a hint then runs to the end of its paragraph.
+_HINT = re.compile(r"\[?HINT_START\]?\**:?(.*?)(?:\**\[?HINT_END\]?|\n\s*\n|$)", re.S | re.I)
 
 
 # -- parsing and voting: pure ----------------------------------------------------------------
@@ -70,10 +72,9 @@ def parse_boxed(text: str, allowed: tuple[int, ...] = (1, -1, 0)) -> int | None:
 
 
 def parse_hint(text: str) -> str | None:
-    """The last complete [HINT_START]...[HINT_END] block, stripped. An unterminated block is not
-    a hint: it is usually a run-on cut by the token limit."""
-    found = _HINT.findall(text)
-    return found[-1].strip() if found else None
+    """The text after the last hint marker, up to the end marker, a blank line or the end."""
+    found = [re.sub(r"\n\s*\d+\.$", "", h.strip()).strip() for h in _HINT.findall(text)]
+    return found[-1] or None if found else None
 
 
 def majority(values: list[int | None]) -> int:

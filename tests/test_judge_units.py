@@ -44,8 +44,12 @@ def test_hint_parsing_and_choice():
     raw = "\\boxed{1}\n[HINT_START]Ask which city the user means before booking.[HINT_END]"
     assert parse_hint(raw) == "Ask which city the user means before booking."
     assert parse_hint("[HINT_START]one[HINT_END] and [HINT_START] two [HINT_END]") == "two"
-    assert parse_hint("[HINT_START]never closed because the limit hit") is None
+    assert parse_hint("[HINT_START]no end marker, ends here\n\nan unrelated paragraph") == "no end marker, ends here"
+    # as small models write them
+    assert parse_hint("\\boxed{1} HINT_START\nSay Ottawa.") == "Say Ottawa."
+    assert parse_hint("1. **HINT_START**: Name one title.\n2. **HINT_END**: because") == "Name one title."
     assert parse_hint("no markers at all") is None
+    assert parse_hint("[HINT_START][HINT_END]") is None
     votes = [
         Vote("hint", "", 1, "Use Ottawa, not Toronto."),
         Vote("hint", "", 1, "The capital of Canada is Ottawa; check facts before answering."),
