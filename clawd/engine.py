@@ -302,9 +302,10 @@ class BackgroundContext:
     engine lock as background work and releases it after, so the KV cache stays as it was while a
     user request runs, and the work resumes where it stopped. A prompt batch would make a user wait
     too long (256 tokens: ~1-2 s on 2 CPU cores), so llama.cpp's abort callback stops it as soon
-    as a user waits: the user gets the engine within one graph node, and the aborted batch is
-    decoded again afterwards. Small batches instead would be slow: measured on 2 busy cores, 800
-    prompt tokens took 98 s in batches of 32 and 24 s in batches of 512.
+    as a user waits: the user gets the engine within one graph node (measured: at most 20 ms on 2
+    busy cores, bench/judge.py), and the aborted batch is decoded again afterwards. (A GPU backend
+    does not check the callback, but its batch takes milliseconds.) Small batches instead would be
+    slow: on 2 busy cores, 800 prompt tokens took 98 s in batches of 32 and 24 s in batches of 512.
     """
 
     def __init__(self, engine: Engine, n_ctx: int, batch: int = 256):
