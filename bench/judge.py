@@ -3,13 +3,15 @@
     python bench/judge.py                        # bundled SmolLM2, plus Qwen2.5-0.5B if scripts/qwen-model.sh works
     python bench/judge.py --model X.gguf         # one model (repeatable)
     python bench/judge.py --limit 20 --methods score
+    python bench/judge.py --vote-limit 9 --ttft-reps 5 --hint-cases 6   # what wrote bench/out/judge.json
 
 For each model and each method (`vote`: m sampled answers ending in \\boxed{}, majority; `score`:
 one forward pass, P of each verdict after the forced `\\boxed{`), over tests/data/judge_cases.jsonl:
 accuracy against the label, the 3×3 confusion (rows: label, columns: verdict), seconds per judged
 turn. For `score` also the accuracy at other margins, from the same probabilities. Hint votes are
-off: they do not make the verdict. Then the added time to first token of a user request that
-lands while the judge is generating, against the same request on an idle engine.
+off: they do not make the verdict. Then, for a user request that lands while the judge works, how
+long it waited for the engine and its time to first token, against the same on an idle engine;
+and with --hint-cases, how often hint votes parse and yield a hint on turns that deserve one.
 Results go to bench/out/judge.json.
 """
 
@@ -104,10 +106,10 @@ def mid_judge_ttft(judge: Judge, cases, reps: int) -> dict:
     idle = [ttft(engine, prompts[i]) for i in range(reps)]
     mid, judge_s, aborts = [], [], judge.context.aborts
     for i in range(reps):
-        c, turn, ns = cases[(7 * i) % len(cases)]
+        _, turn, ns = cases[(7 * i) % len(cases)]
         judge.context._truncate(0)  # a cold judge prompt, so some requests land in its evaluation
         done = threading.Event()
-        t = threading.Thread(target=lambda: (judge.judge_turn(turn, ns, method="vote"), done.set()))
+        t = threading.Thread(target=lambda turn=turn, ns=ns, done=done: (judge.judge_turn(turn, ns, method="vote"), done.set()))
         t0 = time.perf_counter()
         t.start()
         time.sleep(random.uniform(0.05, 2.0))

@@ -73,11 +73,12 @@ class Settings(BaseSettings):
     gpu_busy_percent: float = Field(20.0, ge=0, le=100, description="On CUDA, background work waits while GPU utilization is above this.")
     auto_learn: bool = Field(True, description="Judge, train and publish by themselves when idle (off: only the one-shot commands).")
 
-    # Judge (design §6). Defaults measured by bench/judge.py on tests/data/judge_cases.jsonl (61 labeled
-    # turns): 'score' agreed with the labels on 0.48 (SmolLM2-135M) and 0.67 (Qwen2.5-0.5B) of them,
-    # 'vote' on 0.22 for both, because neither model ever ended a sampled answer with \boxed{} (every
-    # vote failed, so every verdict was 0), at ~10x the time per turn. A margin of 0.05 scored best
-    # on both models (0.56, 0.67); bench/out/judge.json has the confusions and the other margins.
+    # Judge (design §6). Defaults chosen by bench/judge.py on tests/data/judge_cases.jsonl (61 labeled
+    # turns; bench/out/judge.json): 'score' agreed with the labels on 0.56 of them with SmolLM2-135M
+    # and 0.67 with Qwen2.5-0.5B, at ~4-5 s a turn on 2 busy cores; 'vote' on 0.22 and 0.33 (9-turn
+    # subsets), at 58 and 25 s a turn, because the models almost never end a sampled answer with
+    # \boxed{} (53 of 54 votes failed; a turn with no valid vote is 0). Margin 0.05 was best for both
+    # (SmolLM2 0.51 / 0.56 / 0.47 at 0 / 0.05 / 0.1; Qwen 0.66 / 0.67 / 0.67).
     judge_method: Literal["vote", "score"] = Field("score", description="How the judge reaches a verdict: 'score' (one forward pass, P of each \\boxed{} value) or 'vote' (sampled reasoning, majority).")
     judge_votes: int = Field(3, ge=1, description="Sampled evaluation votes per turn (method 'vote').")
     judge_hint_votes: int = Field(3, ge=0, description="Sampled hint votes per turn (for OPD); 0 = no hints.")

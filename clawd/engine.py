@@ -210,7 +210,7 @@ class Engine:
             llm.eval(prompt[i:min(i + llm.n_batch, len(prompt) - 1)])
         return not cancel.is_set()
 
-    def background_context(self, n_ctx: int) -> "BackgroundContext":
+    def background_context(self, n_ctx: int) -> BackgroundContext:
         """The judge's context on these weights, created on first use (its KV cache costs memory
         only once something judges). Asking for more room than it has makes a larger one."""
         n_ctx = min(n_ctx, self.n_ctx_train or n_ctx)

@@ -36,6 +36,7 @@ log = logging.getLogger("clawd.judge")
 HINT_START, HINT_END = "[HINT_START]", "[HINT_END]"
 VERDICTS = ("1", "-1", "0")
 SCORE_PREFILL = "Score: \\boxed{"
+MAX_ATTEMPTS = 3  # a turn whose judging raised this often is stored as 0
 
 EVAL_SYSTEM = """You grade one reply of an AI assistant by what happened right after it.
 
@@ -132,6 +133,7 @@ class Judge:
     def __init__(self, engine: Engine, store: Store | None, settings: Settings):
         self.engine, self.store, self.settings = engine, store, settings
         self.model_name = engine.model_path.name
+        self._failures: dict[int, int] = {}  # turn id -> failed attempts, in this process
 
     @property
     def context(self) -> BackgroundContext:
@@ -162,7 +164,9 @@ class Judge:
     def prompt(self, system: str, turn: Turn, ns: NextState, prefill: str = "") -> tuple[str, dict[str, Any]]:
         """The judge's prompt text, shortened in the middle to fit `judge_budget_tokens`."""
         budget = self.settings.judge_budget_tokens
-        count = lambda text: len(self.engine.tokenize(text))  # noqa: E731
+        def count(text: str) -> int:
+            return len(self.engine.tokenize(text))
+
         history, parts = self.sections(turn, ns)
         info: dict[str, Any] = {"history_cut": False, "protected_cut": False}
         text = self._render(system, history, parts, prefill)
@@ -277,14 +281,20 @@ class Judge:
                 except Cancelled:
                     log.info("judging stopped; turn %s will be judged next time", turn.id)
                     return done
-                except Exception:  # one bad turn must not stall the backlog forever
-                    log.exception("judging turn %s failed; skipped until the next run", turn.id)
+                except Exception as e:  # one bad turn must not stall the backlog forever
                     skipped.add(turn.id)  # type: ignore[arg-type]
-                    continue
+                    self._failures[turn.id] = n = self._failures.get(turn.id, 0) + 1  # type: ignore[index]
+                    if n < MAX_ATTEMPTS:
+                        log.exception("judging turn %s failed (attempt %d of %d)", turn.id, n, MAX_ATTEMPTS)
+                        continue
+                    # Give up with a 0 (no training signal), or the idle scheduler would retry it forever.
+                    log.exception("judging turn %s failed %d times; stored as 0", turn.id, n)
+                    j = Judgment(turn_id=turn.id, method=self.settings.judge_method, score=0,  # type: ignore[arg-type]
+                                 judge_model=self.model_name, timings={"error": repr(e)[:500], "attempts": n})
                 if self.store.add_judgment(j):
                     done += 1
                     log.info("turn %s judged %+d by %s%s in %.1fs", turn.id, j.score, j.method,
-                             " with a hint" if j.hint else "", j.timings["total_s"])
+                             " with a hint" if j.hint else "", j.timings.get("total_s", 0.0))
                 else:
                     log.info("turn %s was already judged elsewhere; kept the first verdict", turn.id)
                 if on_judged is not None:

@@ -166,3 +166,27 @@ def test_long_conversations_are_shortened_in_the_middle(engine):
     ns.messages = [{"role": "user", "content": "No, that's wrong. " + "Here is the full list of capitals. " * 400}]
     text, info = judge.prompt("Grade it.", turn, ns)
     assert info["protected_cut"] and info["prompt_tokens"] <= 768
+
+
+def test_a_turn_that_cannot_be_judged_is_given_up_as_0(engine, tmp_path):
+    """The idle scheduler runs the backlog again and again: a turn whose judging raises every time
+    is stored as 0 (no training signal) after MAX_ATTEMPTS runs instead of being retried forever."""
+    from clawd.judge import MAX_ATTEMPTS
+    from clawd.store import Store
+
+    store = Store(tmp_path / "clawd.db")
+    turn, ns = case(0)
+    turn.session_id, turn.id = store.open_session("auto:t"), None
+    turn.request = {"messages": "not a list of messages"}  # a malformed row stands in for any error in judging
+    store.insert_turn(turn)
+    turn.status = "ok"
+    store.finish_turn(turn)
+    ns.turn_id = turn.id
+    store.add_next_state(ns)
+    judge = Judge(engine, store, Settings(judge_hint_votes=0))
+    for _ in range(MAX_ATTEMPTS - 1):
+        assert judge.run_backlog() == 0 and store.judgment(turn.id) is None
+    assert judge.run_backlog() == 1
+    j = store.judgment(turn.id)
+    assert j.score == 0 and "Error" in j.timings["error"] and j.timings["attempts"] == MAX_ATTEMPTS
+    assert judge.run_backlog() == 0
