@@ -260,7 +260,7 @@ class Judge:
     # -- the backlog -------------------------------------------------------------------------------
     def backlog_size(self) -> int:
         assert self.store is not None
-        return len(self.store.unjudged_turns(limit=1_000_000))
+        return self.store.count_unjudged()
 
     def run_backlog(self, stop: threading.Event | None = None,
                     on_judged: Callable[[Turn, Judgment], None] | None = None) -> int:

@@ -112,6 +112,11 @@ MIGRATIONS: list[tuple[str, str]] = [
 ]
 
 
+# Main turns that finished, have a next state and no judgment yet.
+_UNJUDGED = ("FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"
+             " WHERE t.kind = 'main' AND t.status = 'ok' AND j.turn_id IS NULL")
+
+
 def _ints(blob: bytes) -> list[int]:
     a = array("i")
     a.frombytes(blob)
@@ -259,10 +264,12 @@ class Store:
     # -- judgments and feedback ----------------------------------------------------------------
     def unjudged_turns(self, limit: int = 100) -> list[Turn]:
         """Main turns that finished, have a next state and no judgment yet, oldest first."""
-        rows = self._read(
-            "SELECT t.* FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"
-            " WHERE t.kind = 'main' AND t.status = 'ok' AND j.turn_id IS NULL ORDER BY t.id LIMIT ?", (limit,))
+        rows = self._read(f"SELECT t.* {_UNJUDGED} ORDER BY t.id LIMIT ?", (limit,))
         return [self._turn(r) for r in rows]
+
+    def count_unjudged(self) -> int:
+        """How many turns `unjudged_turns` would return, without loading them (the scheduler asks every tick)."""
+        return self._read(f"SELECT COUNT(*) {_UNJUDGED}")[0][0]
 
     def add_judgment(self, j: Judgment) -> bool:
         """Store a verdict; False when the turn was already judged (it is judged exactly once)."""
