@@ -17,7 +17,7 @@ from .publish import AdapterError, Adapters
 from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
-from .store import Store
+from .store import StorageError, Store
 from .train import Trainer, ready_turns
 
 log = logging.getLogger("clawd")
@@ -38,7 +38,8 @@ def setup_logging(settings: Settings) -> None:
     fh = logging.FileHandler(log_path)
     fh.setFormatter(fmt)
     root.addHandler(fh)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # a line per tick drowns the log
+    # a line per tick drowns the log, and a tick skipped while the last one still judges is by design
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
 
 class Daemon:
@@ -61,7 +62,9 @@ class Daemon:
             ready_to_train=lambda: len(ready_turns(self.store, settings.train_method, settings.train_batch)),
             start_trainer=lambda: Trainer(settings).start(),
             publish=self._publish,
+            unpublished=self.adapters.newest_trained,
         ))
+        self.chat.on_admit = self.scheduler.user_arrived
         self.started = time.time()
 
     def _activity(self) -> Activity:
@@ -113,7 +116,11 @@ def serve(settings: Settings) -> None:
     ensure_home(settings.home)
     setup_logging(settings)
     log.info("clawd %s starting with settings %s", __version__, settings.public())
-    daemon = Daemon(settings)
+    try:
+        daemon = Daemon(settings)
+    except StorageError as e:  # it could not record a turn: say why rather than serve unrecorded
+        log.error("not starting: %s", e)
+        raise SystemExit(1) from None
     import uvicorn
 
     if settings.auto_learn:

@@ -21,7 +21,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .config import Settings
-from .store import Store
+from .store import StorageError, Store
 
 log = logging.getLogger("clawd.scheduler")
 
@@ -41,6 +41,7 @@ class Jobs:
     ready_to_train: Callable[[], int]  # turns a round could use now
     start_trainer: Callable[[], Any]  # -> a Trainer (start/pause/resume/alive/paused/events/stop)
     publish: Callable[[], dict[str, Any] | None]  # publish the newest trained adapter, if any
+    unpublished: Callable[[], int | None]  # the newest trained adapter not yet gated (a kill came between)
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Scheduler:
         self.trainer: Any = None
         self._train_backoff_until = 0.0  # after a failed round: do not start another at every tick
         self._failures = 0
+        self._storage_wait_until = 0.0
+        self._publish_tried: set[int] = set()
         self._stop_judge = threading.Event()
         self._sched = BackgroundScheduler(daemon=True)
         self._sched.add_job(self.tick, "interval", seconds=settings.tick_seconds, max_instances=1, coalesce=True,
@@ -89,6 +92,14 @@ class Scheduler:
         if self.trainer is not None and self.trainer.alive:
             self.trainer.stop(timeout=30)
 
+    def user_arrived(self) -> None:
+        """A request was admitted: pause training now rather than at the next tick (the child stops
+        at the end of its micro-step). The next idle tick resumes it."""
+        t = self.trainer
+        if t is not None and not t.paused:
+            t.pause()
+            self._set("training (paused for a request)")
+
     def _set(self, doing: str) -> None:
         if doing != self.state.doing:
             self.state.doing, self.state.since = doing, time.time()
@@ -100,8 +111,14 @@ class Scheduler:
         return gpu_busy_percent() < self.settings.gpu_busy_percent
 
     def tick(self) -> None:
+        if time.time() < self._storage_wait_until:
+            return
         try:
             self._tick()
+        except StorageError as e:  # disk full or read-only: every job would fail the same way for now
+            self._storage_wait_until = time.time() + 60
+            self._set("waiting for storage")
+            log.error("background work paused for a minute: %s", e)
         except Exception:  # a failing job must not kill the scheduler; it is retried next tick
             log.exception("scheduler tick failed")
 
@@ -121,6 +138,14 @@ class Scheduler:
             self._stop_judge.clear()
             n = self.jobs.judge_backlog(self._stop_judge)
             self.state.judge_progress = {"judged": n, "at": time.time()}
+            return
+        pending = self.jobs.unpublished()
+        if pending is not None and pending not in self._publish_tried:
+            # trained, then the daemon stopped before the gate: finish the job once (a failure is kept
+            # in the log and status; `clawd publish N` retries by hand)
+            self._publish_tried.add(pending)
+            log.info("adapter %d was trained but never gated: publishing it now", pending)
+            self._publish()
             return
         ready = self.jobs.ready_to_train()
         if ready >= self.settings.train_batch and time.time() >= self._train_backoff_until:
@@ -155,9 +180,13 @@ class Scheduler:
             return
         self.trainer = None
         if (self.state.last_train or {}).get("event") == "done":
-            self._set("publishing")
-            result = self.jobs.publish()
-            self.state.last_publish = {**(result or {}), "at": time.time()}
+            self._publish()
+        self._set("idle")
+
+    def _publish(self) -> None:
+        self._set("publishing")
+        result = self.jobs.publish()
+        self.state.last_publish = {**(result or {}), "at": time.time()}
         self._set("idle")
 
 

@@ -129,19 +129,32 @@ def _floats(blob: bytes) -> list[float]:
     return a.tolist()
 
 
+class StorageError(RuntimeError):
+    """The database cannot be written (disk full, read-only file system, permissions). The write
+    was rolled back whole; the daemon keeps running and writes again once the cause is fixed."""
+
+
+def _storage_error(path: Path, e: sqlite3.Error) -> StorageError:
+    return StorageError(f"cannot write the database {path}: {e}. Free disk space or fix the permissions of "
+                        "that file and its directory; clawd carries on by itself once it can write.")
+
+
 class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
         new = not self.path.exists()
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
-        if new:
-            os.chmod(self.path, 0o600)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+            if new:
+                os.chmod(self.path, 0o600)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.OperationalError as e:
+            raise _storage_error(self.path, e) from e
 
     def _migrate(self) -> None:
         with self._lock:
@@ -161,7 +174,15 @@ class Store:
 
     def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         with self._lock:
-            return self._db.execute(sql, args)
+            try:
+                return self._db.execute(sql, args)
+            except sqlite3.OperationalError as e:  # SQLITE_FULL, READONLY, IOERR, CANTOPEN: not the caller's fault
+                if self._db.in_transaction:
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # SQLite rolled back by itself
+                raise _storage_error(self.path, e) from e
 
     def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -274,8 +295,9 @@ class Store:
     def add_judgment(self, j: Judgment) -> bool:
         """Store a verdict; False when the turn was already judged (it is judged exactly once)."""
         cur = self._write(
-            "INSERT OR IGNORE INTO judgments (turn_id, method, score, votes, probs, hint, judge_model, judge_adapter,"
-            " timings, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            # ON CONFLICT, not OR IGNORE: a second verdict is dropped, a CHECK violation still raises
+            "INSERT INTO judgments (turn_id, method, score, votes, probs, hint, judge_model, judge_adapter,"
+            " timings, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id) DO NOTHING",
             (j.turn_id, j.method, j.score, json.dumps([v.__dict__ for v in j.votes]),
              json.dumps(j.probs) if j.probs is not None else None, j.hint, j.judge_model, j.judge_adapter,
              json.dumps(j.timings), time.time()),

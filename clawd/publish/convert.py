@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,27 +126,34 @@ def convert_adapter(adapter_dir: Path, base: BaseInfo, out: Path, dtype: str = "
     alpha = effective_alpha(cfg)
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
-    w = gguf.GGUFWriter(str(tmp), base.arch)
-    w.add_type(gguf.GGUFType.ADAPTER)  # general.type = "adapter"
-    w.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
-    for (layer, module), ab in sorted(pairs.items()):
-        if set(ab) != {"A", "B"}:
-            raise ConvertError(f"layer {layer} {module}: lora_A or lora_B missing")
-        a, b = ab["A"], ab["B"]  # a: (r, in), b: (out, r)
-        if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
-            raise ConvertError(f"layer {layer} {module}: shapes {a.shape} and {b.shape} do not make a LoRA pair")
-        if base.arch in PERMUTED_QK and module == "self_attn.q_proj":
-            b = permute_rows(b, base.n_head)
-        elif base.arch in PERMUTED_QK and module == "self_attn.k_proj":
-            b = permute_rows(b, base.n_head_kv)
-        stem = f"blk.{layer}.{MODULES[module]}.weight"
-        w.add_tensor(stem + ".lora_a", np.ascontiguousarray(a, dtype=np_dtype))
-        w.add_tensor(stem + ".lora_b", np.ascontiguousarray(b, dtype=np_dtype))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    try:  # a disk that fills mid-write leaves no partial file behind
+        w = gguf.GGUFWriter(str(tmp), base.arch)
+        w.add_type(gguf.GGUFType.ADAPTER)  # general.type = "adapter"
+        w.add_string(gguf.Keys.Adapter.TYPE, "lora")
+        w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
+        for (layer, module), ab in sorted(pairs.items()):
+            if set(ab) != {"A", "B"}:
+                raise ConvertError(f"layer {layer} {module}: lora_A or lora_B missing")
+            a, b = ab["A"], ab["B"]  # a: (r, in), b: (out, r)
+            if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
+                raise ConvertError(f"layer {layer} {module}: shapes {a.shape} and {b.shape} do not make a LoRA pair")
+            if base.arch in PERMUTED_QK and module == "self_attn.q_proj":
+                b = permute_rows(b, base.n_head)
+            elif base.arch in PERMUTED_QK and module == "self_attn.k_proj":
+                b = permute_rows(b, base.n_head_kv)
+            stem = f"blk.{layer}.{MODULES[module]}.weight"
+            w.add_tensor(stem + ".lora_a", np.ascontiguousarray(a, dtype=np_dtype))
+            w.add_tensor(stem + ".lora_b", np.ascontiguousarray(b, dtype=np_dtype))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):  # numpy's short write carries no errno: report the space left
+            raise ConvertError(f"cannot write the adapter {out}: {e} ({shutil.disk_usage(out.parent).free // 2**20} MiB "
+                               "free on that disk); nothing was written") from e
+        raise
     os.replace(tmp, out)
     summary = {"arch": base.arch, "r": int(cfg["r"]), "alpha": alpha, "modules": sorted({m for _, m in pairs}),
                "layers": len({n for n, _ in pairs}), "dtype": dtype, "bytes": out.stat().st_size}

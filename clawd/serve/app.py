@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..records import Feedback
+from ..store import StorageError
 from . import protocol
 from .chat import ChatService, Event, Prepared
 
@@ -73,6 +74,12 @@ def create_app(daemon: Any) -> FastAPI:
     @app.exception_handler(protocol.ApiError)
     async def api_error(request: Request, exc: protocol.ApiError):
         return _error(exc)
+
+    @app.exception_handler(StorageError)
+    async def storage(request: Request, exc: StorageError):
+        log.error("%s %s refused: %s", request.method, request.url.path, exc)
+        return _error(protocol.ApiError(503, str(exc), type="server_error", code="storage_unavailable",
+                                        headers={"Retry-After": "30"}))
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception):
@@ -173,6 +180,13 @@ def create_app(daemon: Any) -> FastAPI:
     return app
 
 
+def _event_error(ev: Event) -> protocol.ApiError:
+    if ev.status == 503:
+        return protocol.ApiError(503, ev.text, type="server_error", code="storage_unavailable",
+                                 headers={"Retry-After": "30"})
+    return protocol.ApiError(500, ev.text, type="server_error")
+
+
 def _start(chat: ChatService, p: Prepared) -> tuple[asyncio.Queue, threading.Event]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Event] = asyncio.Queue()
@@ -204,8 +218,7 @@ async def _sse(p: Prepared, queue: asyncio.Queue, cancel: threading.Event, inclu
                 for i, c in enumerate(ev.calls):
                     yield _chunk(p, model, {"tool_calls": [{"index": i, **c.to_openai()}]})
             elif ev.kind == "error":
-                err = protocol.ApiError(500, ev.text, type="server_error")
-                yield f"data: {json.dumps(err.body())}\n\n"
+                yield f"data: {json.dumps(_event_error(ev).body())}\n\n"
                 return
             elif ev.kind == "done":
                 yield _chunk(p, model, {}, finish=ev.finish)
@@ -232,7 +245,7 @@ async def _complete(chat: ChatService, p: Prepared, request: Request, model: str
         elif ev.kind == "tool_calls":
             calls = [c.to_openai() for c in ev.calls]
         elif ev.kind == "error":
-            raise protocol.ApiError(500, ev.text, type="server_error")
+            raise _event_error(ev)
         elif ev.kind == "done":
             done = ev
     message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}

@@ -22,7 +22,7 @@ from ..chat_template import TemplateError
 from ..config import Settings
 from ..engine import Engine, GenInfo, Sampling
 from ..records import ToolCall, Turn
-from ..store import Store
+from ..store import StorageError, Store
 from . import protocol, sessions, tools
 
 log = logging.getLogger("clawd.serve")
@@ -35,6 +35,7 @@ class Event:
     calls: list[ToolCall] = field(default_factory=list)
     finish: str | None = None
     usage: dict[str, Any] | None = None
+    status: int = 500  # of an error: 503 when the turn could not be recorded (retry once there is room)
 
 
 @dataclass
@@ -54,6 +55,9 @@ class ChatService:
         self.in_flight = 0  # admitted requests, generating or waiting for the engine (idle detection reads it)
         self.last_activity = time.time()
         self._count_lock = threading.Lock()
+        # Called as each request is admitted, before it waits for the engine: the daemon pauses a
+        # training child here so that at most the micro-step under way stands between a user and the CPU.
+        self.on_admit: Callable[[], None] = lambda: None
 
     def admit(self) -> bool:
         """Take a place in the bounded queue; False when it is full (the client gets 503 + Retry-After)."""
@@ -62,7 +66,8 @@ class ChatService:
                 return False
             self.in_flight += 1
             self.last_activity = time.time()
-            return True
+        self.on_admit()
+        return True
 
     def release(self) -> None:
         with self._count_lock:
@@ -179,10 +184,20 @@ class ChatService:
         except Exception as e:  # the engine failed mid-answer: record it, tell the client, keep serving
             log.exception("generation failed for turn %s", turn.id)
             turn.text, turn.status, turn.finish_reason = text, "error", "error"
-            self._record(turn, info, t_queued, t_start if "t_start" in locals() else None, t_first, p)
+            try:
+                self._record(turn, info, t_queued, t_start if "t_start" in locals() else None, t_first, p)
+            except StorageError as err:
+                log.error("turn %d: %s", turn.id, err)
             emit(Event("error", text=f"generation failed: {e}"))
             return turn
-        self._record(turn, info, t_queued, t_start, t_first, p)
+        try:
+            self._record(turn, info, t_queued, t_start, t_first, p)
+        except StorageError as e:
+            # The answer exists but could not be recorded: the client gets an error rather than an
+            # answer the database lacks (the row stays 'running' and is marked aborted at the next start).
+            log.error("turn %d not recorded, answer withheld: %s", turn.id, e)
+            emit(Event("error", text=str(e), status=503))
+            return turn
         if calls:
             emit(Event("tool_calls", calls=calls))
         emit(Event("done", finish=turn.finish_reason, usage=self.usage(turn, info)))

@@ -139,6 +139,7 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
     t0 = time.perf_counter()
     model_path = settings.resolved_model()
     sha = sha256_file(model_path)
+    control.checkpoint()  # loading is seconds of CPU that cannot pause: a request waiting now goes first
     progress({"event": "load", "run_id": st["run_id"], "turns": len(st["turn_ids"])})
     if backend is None:
         backend = load_backend(Settings(**{**settings.model_dump(), **k}), model_path, sha)
@@ -163,8 +164,9 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
         backend.reset_lora()
     if "old" not in st:
         with torch.no_grad():  # π_old: the adapter at the start of the update; π_teacher: base weights + hint
-            st["old"] = [backend.logprobs(s.ids, len(s.prompt_ids)).cpu() for s in samples]
-            st["teacher"] = [backend.logprobs(s.teacher_ids, len(s.teacher_prompt_ids), adapter=False).cpu()
+            st["old"] = [_scored(control, lambda: backend.logprobs(s.ids, len(s.prompt_ids))) for s in samples]
+            st["teacher"] = [_scored(control, lambda: backend.logprobs(s.teacher_ids, len(s.teacher_prompt_ids),
+                                                                        adapter=False))
                              if s.teacher_ids is not None and w_opd else o for s, o in zip(samples, st["old"])]
         st["plan"] = _plan(len(samples), k["train_minibatch"], k["train_epochs"], seed=st["run_id"])
         _save_staging(staging, st)  # from here a kill resumes without scoring again
@@ -176,10 +178,12 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
               "tokenizer": match, **backend.describe()})
 
     dev = backend.device
+    micro: list[float] = []  # seconds per micro-step, this process's share of the round
     for step in range(st["step"], len(plan)):
         total = 0.0
         for i in plan[step]:
             control.checkpoint()
+            t_micro = time.perf_counter()
             s = samples[i]
             logp = backend.logprobs(s.ids, len(s.prompt_ids))[None]  # (1, C)
             old, teacher = st["old"][i].to(dev)[None], st["teacher"][i].to(dev)[None]  # (1, C)
@@ -187,16 +191,20 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
                                w_rl, w_opd) / len(plan[step])
             loss.backward()
             total += float(loss.detach())
+            micro.append(time.perf_counter() - t_micro)  # what a request arriving now may wait for (issue 6)
         torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
         opt.step()
         opt.zero_grad(set_to_none=True)
         st["step"], st["losses"] = step + 1, st["losses"] + [total]
         st["lora"], st["optim"] = backend.lora_state(), opt.state_dict()
         _save_staging(staging, st)
-        progress({"event": "step", "step": step + 1, "steps": len(plan), "loss": total})
+        progress({"event": "step", "step": step + 1, "steps": len(plan), "loss": total,
+                  "micro_step_s": round(max(micro[-len(plan[step]):]), 3)})
 
     seconds = time.perf_counter() - t0
     metrics = _metrics(samples, st, w_opd, seconds, backend)
+    if micro:
+        metrics["micro_step_s"] = {"mean": round(sum(micro) / len(micro), 3), "max": round(max(micro), 3)}
     version, path = _write_adapter(adapters, staging, db, backend, st, k, metrics, model_path, sha)
     _record(db, st, version, path, metrics)
     shutil.rmtree(staging, ignore_errors=True)
@@ -204,6 +212,12 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
              st["losses"][0], st["losses"][-1], seconds)
     progress({"event": "done", "run_id": st["run_id"], "version": version, "path": str(path), **metrics})
     return RoundResult(st["run_id"], version, path, metrics)
+
+
+def _scored(control: Control, score: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """One scoring forward pass, paused like a micro-step: a round's scoring is 2 passes per turn."""
+    control.checkpoint()
+    return score().cpu()
 
 
 def _plan(n: int, minibatch: int, epochs: int, seed: int) -> list[list[int]]:
@@ -239,6 +253,18 @@ def _write_adapter(adapters: Path, staging: Path, db: sqlite3.Connection, backen
         return version, path  # written before a kill; only the rows were missing
     tmp = adapters / f".tmp-{version:04d}"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_files(tmp, backend, st, k, metrics, model_path, sha, version)
+    except BaseException:  # disk full, say: leave no partial directory (the staging checkpoint stays)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.rename(tmp, path)
+    _fsync_dir(adapters)
+    return version, path
+
+
+def _write_files(tmp: Path, backend: Backend, st: dict, k: dict, metrics: dict, model_path: Path, sha: str,
+                 version: int) -> None:
     backend.save_lora(tmp)
     meta = {"version": version, "parent": st["parent"], "run_id": st["run_id"], "method": k["train_method"],
             "turn_ids": st["turn_ids"], "base_model": {"path": str(model_path), "sha256": sha},
@@ -247,9 +273,6 @@ def _write_adapter(adapters: Path, staging: Path, db: sqlite3.Connection, backen
             "versions": {"torch": torch.__version__}}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
     _fsync_dir(tmp)
-    os.rename(tmp, path)
-    _fsync_dir(adapters)
-    return version, path
 
 
 def current_version(adapters: Path) -> int | None:

@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,20 @@ from ..config import Settings
 log = logging.getLogger("clawd.train")
 
 
-def _child(settings: dict[str, Any], go, stop, events) -> None:
+def _die_with_parent(parent: int) -> None:
+    """A daemon killed with SIGKILL cannot stop its trainer: on Linux the kernel does it, so no
+    orphan keeps the CPU and the round's lock (the next daemon resumes from the last checkpoint)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
+
+
+def _child(settings: dict[str, Any], go, stop, events, parent: int) -> None:
+    _die_with_parent(parent)
+    os.environ["TQDM_DISABLE"] = "1"  # the library's bars would fill the daemon's log; progress goes as events
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if (Path(settings["home"]) / "clawd.log").is_file():  # the daemon's log, appended to as the daemon does
         handlers.append(logging.FileHandler(Path(settings["home"]) / "clawd.log"))
@@ -53,7 +67,7 @@ class Trainer:
         ctx = mp.get_context("spawn")  # never fork a process holding llama.cpp threads
         self._go, self._stop, self._events = ctx.Event(), ctx.Event(), ctx.Queue()
         self._go.set()
-        self.proc = ctx.Process(target=_child, args=(settings.model_dump(mode="json"), self._go, self._stop, self._events),
+        self.proc = ctx.Process(target=_child, args=(settings.model_dump(mode="json"), self._go, self._stop, self._events, os.getpid()),
                                 name="clawd-train", daemon=True)
         self._ended = False
 
