@@ -33,8 +33,9 @@ class TemplateError(ValueError):
 
 
 class ChatTemplate:
-    def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "", control: tuple[str, ...] = ()):
         self.source = source
+        self.control = control  # the text of the vocabulary's control tokens, defused in message text
         self.bos_token, self.eos_token = bos_token, eos_token
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=Undefined)
         env.filters["tojson"] = _tojson
@@ -65,6 +66,8 @@ class ChatTemplate:
         out: list[dict[str, Any]] = []
         for m in messages:
             m = dict(m)
+            if isinstance(m.get("content"), str):
+                m["content"] = self.defuse(m["content"])
             calls = m.get("tool_calls") or []
             if self.native_tools:
                 if calls:
@@ -84,6 +87,26 @@ class ChatTemplate:
         if tools and not self.native_tools:
             out = _with_tool_system(out, tools)
         return merge_same_role(out)
+
+
+    def defuse(self, text: str) -> str:
+        """Break up control-token text (`<|im_end|>`) inside a message with a zero-width space: the
+        prompt is tokenized with special tokens parsed (the template's own markers must be), so a
+        user or a web page in a tool result could otherwise end its turn and open a system one."""
+        for piece in self.control:
+            if piece in text:
+                text = text.replace(piece, piece[0] + "\u200b" + piece[1:])
+        return text
+
+
+def control_pieces(llm: Any) -> tuple[str, ...]:
+    """The text of every control token of a llama_cpp.Llama's vocabulary (longest first)."""
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    pieces = {llm.detokenize([t], special=True).decode("utf-8", "replace") for t in range(llm.n_vocab())
+              if llama_cpp.llama_vocab_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL}
+    return tuple(sorted((p for p in pieces if len(p) > 1), key=len, reverse=True))
 
 
 def _args(call: dict[str, Any]) -> Any:

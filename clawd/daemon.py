@@ -40,6 +40,7 @@ def setup_logging(settings: Settings) -> None:
     root.addHandler(fh)
     # a line per tick drowns the log, and a tick skipped while the last one still judges is by design
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    logging.getLogger("gguf").setLevel(logging.WARNING)  # its writer logs each file it writes
 
 
 class Daemon:

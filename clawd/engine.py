@@ -26,7 +26,7 @@ import numpy as np
 from llama_cpp import Llama, LlamaGrammar
 from llama_cpp import _internals as llama_internals  # not public API: pinned version, see tests/test_judge_engine.py
 
-from .chat_template import ChatTemplate
+from .chat_template import ChatTemplate, control_pieces
 
 log = logging.getLogger("clawd.engine")
 
@@ -121,6 +121,7 @@ class Engine:
         self.template = ChatTemplate(
             meta.get("tokenizer.chat_template") or _CHATML,
             bos_token=self._piece(self.llm.token_bos()), eos_token=self._piece(self.llm.token_eos()),
+            control=control_pieces(self.llm),
         )
         self.lock = PriorityLock()
         log.info("model loaded in %.1fs: context %d tokens, vocabulary %d, %d threads",

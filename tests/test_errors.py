@@ -39,6 +39,12 @@ CASES = {
     "duplicate tools": ({"messages": OK, "tools": [{"type": "function", "function": {"name": "f"}}] * 2}, 400),
     "bad tool type": ({"messages": OK, "tools": [{"type": "retrieval"}]}, 400),
     "deep nesting": (b'{"messages": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400),
+    # larger than the context (8k on the bundled model): refused before anything is recorded
+    "10k messages": ({"messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"}
+                                   for i in range(10_000)] + OK}, 400),
+    "1k tools": ({"messages": OK, "tools": [{"type": "function", "function": {"name": f"tool_{i}",
+                  "description": "Does a thing.", "parameters": {"type": "object"}}} for i in range(1000)]}, 400),
+    "huge string": ({"messages": [{"role": "user", "content": "ab " * 400_000}]}, 400),
 }
 
 

@@ -40,7 +40,7 @@ BODY = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=BODY)
 def test_generated_bodies_never_5xx(daemon: Daemon, body):
     if "max_tokens" not in body and "max_completion_tokens" not in body:
@@ -52,7 +52,7 @@ def test_generated_bodies_never_5xx(daemon: Daemon, body):
         assert r.json()["error"]["message"]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(raw=st.binary(max_size=200))
 def test_random_bytes_never_5xx(daemon: Daemon, raw):
     r = httpx.post(daemon.url + "/v1/chat/completions", content=raw, timeout=60, headers={"content-type": "application/json"})

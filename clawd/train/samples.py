@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chat_template import ChatTemplate, TemplateError
+from ..chat_template import ChatTemplate, TemplateError, control_pieces
 from ..records import Turn
 from ..store import Store
 
@@ -68,7 +68,8 @@ def gguf_template(model_path: Path) -> ChatTemplate:
         return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
     source = llm.metadata.get("tokenizer.chat_template") or CHATML
-    return ChatTemplate(source, bos_token=piece(llm.token_bos()), eos_token=piece(llm.token_eos()))
+    return ChatTemplate(source, bos_token=piece(llm.token_bos()), eos_token=piece(llm.token_eos()),
+                        control=control_pieces(llm))
 
 
 def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
