@@ -109,6 +109,34 @@ def control_pieces(llm: Any) -> tuple[str, ...]:
     return tuple(sorted((p for p in pieces if len(p) > 1), key=len, reverse=True))
 
 
+def normalize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages as JSON (validated by serve, or recorded) → plain dicts every chat template
+    can take: developer → system, list content joined, null → "", tool messages named after the
+    call they answer. Serve renders with it and the trainer re-renders recorded requests with it."""
+    calls: dict[str, str] = {}
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text") or "" for p in content)
+        msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"], "content": content or ""}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = []
+            for c in m["tool_calls"]:
+                args = c["function"].get("arguments", "{}")
+                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                calls[c["id"]] = c["function"]["name"]
+                msg["tool_calls"].append({"id": c["id"], "type": "function",
+                                          "function": {"name": c["function"]["name"], "arguments": args}})
+        if m["role"] == "tool":
+            msg["tool_call_id"] = m.get("tool_call_id")
+            msg["name"] = m.get("name") or calls.get(m.get("tool_call_id") or "", "")
+        elif m.get("name"):
+            msg["name"] = m["name"]
+        out.append(msg)
+    return out
+
+
 def _args(call: dict[str, Any]) -> Any:
     args = call["function"].get("arguments")
     if isinstance(args, str):

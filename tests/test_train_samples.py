@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from llama_cpp import Llama
 
+from clawd.chat_template import normalize
 from clawd.config import bundled_model_path
 from clawd.records import Feedback, Judgment, Turn
 from clawd.serve import protocol
@@ -38,11 +39,12 @@ def template():
 @pytest.mark.skipif(not FIXTURES.is_dir(), reason="OpenClaw fixtures not present")
 @pytest.mark.parametrize("name", ["tool_followup_request", "turn2_same_session", "compaction_request"])
 def test_recorded_request_normalizes_as_served(name):
-    """The trainer's mirror of serve's normalization gives the messages the engine rendered."""
+    """A request read back from its JSON record normalizes to the messages serve rendered (the
+    round trip through SQLite must not change a tool call's arguments or a content part)."""
     body = json.loads((FIXTURES / f"{name}.json").read_text())["body"]
     req = protocol.parse_request(json.dumps(body).encode())
     recorded = [m.model_dump(exclude_none=True) for m in req.messages]  # what serve stores in turns.request
-    assert S.normalize_messages(json.loads(json.dumps(recorded))) == protocol.normalize_messages(req)
+    assert normalize(json.loads(json.dumps(recorded))) == protocol.normalize_messages(req)
 
 
 def test_teacher_prompt_appends_the_hint_to_the_last_user_message(template):

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..chat_template import normalize
+
 MAX_TOKENS_LIMIT = 1_000_000
 
 
@@ -135,37 +137,24 @@ def _text(content: str | list[TextPart] | None, where: str) -> str:
 
 
 def normalize_messages(req: ChatRequest) -> list[dict[str, Any]]:
-    """OpenAI messages → plain dicts every chat template can take.
-
-    developer → system; list content flattened; null content → ""; each tool message's `name`
-    filled from the call it answers (which must exist earlier in the conversation).
-    """
-    calls: dict[str, str] = {}
-    out: list[dict[str, Any]] = []
+    """Check what a template cannot take (non-text parts, tool calls outside assistant messages,
+    a tool result that answers no earlier call), then normalize as the trainer will
+    (`chat_template.normalize`)."""
+    called: set[str] = set()
     for i, m in enumerate(req.messages):
         where = f"messages.{i}"
-        msg: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": _text(m.content, where)}
+        _text(m.content, where)
         if m.tool_calls:
             if m.role != "assistant":
                 raise ApiError(400, f"Only assistant messages can carry tool_calls ({where}).", param=f"{where}.tool_calls")
-            msg["tool_calls"] = []
-            for c in m.tool_calls:
-                args = c.function.arguments
-                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-                calls[c.id] = c.function.name
-                msg["tool_calls"].append({"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": args}})
+            called.update(c.id for c in m.tool_calls)
         if m.role == "tool":
             if not m.tool_call_id:
                 raise ApiError(400, f"A tool message needs a tool_call_id ({where}).", param=f"{where}.tool_call_id")
-            if m.tool_call_id not in calls:
+            if m.tool_call_id not in called:
                 raise ApiError(400, f"Invalid parameter: tool message {where} answers tool_call_id '{m.tool_call_id}', "
                                "which no preceding assistant message called.", param=f"{where}.tool_call_id")
-            msg["tool_call_id"] = m.tool_call_id
-            msg["name"] = m.name or calls[m.tool_call_id]
-        elif m.name:
-            msg["name"] = m.name
-        out.append(msg)
-    return out
+    return normalize([m.model_dump(exclude_none=True) for m in req.messages])
 
 
 def tools_of(req: ChatRequest) -> list[dict[str, Any]]:

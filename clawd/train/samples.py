@@ -9,7 +9,6 @@ the training tokenizer, followed by the same completion ids.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chat_template import ChatTemplate, TemplateError, control_pieces
+from ..chat_template import ChatTemplate, TemplateError, control_pieces, normalize
 from ..records import Turn
 from ..store import Store
 
@@ -72,43 +71,13 @@ def gguf_template(model_path: Path) -> ChatTemplate:
                         control=control_pieces(llm))
 
 
-def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Recorded request messages (as the client sent them) → what the engine rendered.
-
-    Mirrors serve's normalization without its validation (a recorded request was valid):
-    developer → system, list content joined, null → "", tool messages named after their call.
-    """
-    calls: dict[str, str] = {}
-    out = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(p.get("text") or "" for p in content)
-        msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"], "content": content or ""}
-        if m.get("tool_calls"):
-            msg["tool_calls"] = []
-            for c in m["tool_calls"]:
-                args = c["function"].get("arguments", "{}")
-                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-                calls[c["id"]] = c["function"]["name"]
-                msg["tool_calls"].append({"id": c["id"], "type": "function",
-                                          "function": {"name": c["function"]["name"], "arguments": args}})
-        if m["role"] == "tool":
-            msg["tool_call_id"] = m.get("tool_call_id")
-            msg["name"] = m.get("name") or calls.get(m.get("tool_call_id") or "", "")
-        elif m.get("name"):
-            msg["name"] = m["name"]
-        out.append(msg)
-    return out
-
-
 def _tools(request: dict[str, Any]) -> list[dict[str, Any]] | None:
     return (request.get("tools") or None) if request.get("tool_choice") != "none" else None
 
 
 def render(template: ChatTemplate, request: dict[str, Any], hint: str | None = None) -> str:
     """The prompt text of a recorded request; with `hint`, the OPD teacher's prompt."""
-    messages = normalize_messages(request["messages"])
+    messages = normalize(request["messages"])
     if hint is not None:
         last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
         if last_user is None:
@@ -146,7 +115,7 @@ def check_tokenizer(turn: Turn, template: ChatTemplate, encode: Encode, decode: 
 
 def system_prefix(template: ChatTemplate, request: dict[str, Any], encode: Encode, ids: list[int]) -> int:
     """How many leading ids are the system message (kept when a long history is cut); 0 if none."""
-    messages = normalize_messages(request["messages"])
+    messages = normalize(request["messages"])
     if not messages or messages[0]["role"] != "system":
         return 0
     try:
