@@ -132,7 +132,6 @@ def cut_middle(text: str, keep: int) -> str:
 class Judge:
     def __init__(self, engine: Engine, store: Store | None, settings: Settings):
         self.engine, self.store, self.settings = engine, store, settings
-        self.model_name = engine.model_path.name
         self._failures: dict[int, int] = {}  # turn id -> failed attempts, in this process
 
     @property
@@ -254,7 +253,7 @@ class Judge:
         t2 = time.perf_counter()
         timings = {"eval_s": round(t1 - t0, 3), "hint_s": round(t2 - t1, 3), "total_s": round(t2 - t0, 3),
                    "waited_for_users_s": round(ctx.waited_s - waited0, 3), **info}
-        return Judgment(turn_id=turn.id, method=method, score=score, judge_model=self.model_name,  # type: ignore[arg-type]
+        return Judgment(turn_id=turn.id, method=method, score=score, judge_model=self.engine.model_path.name,  # type: ignore[arg-type]
                         votes=votes, probs=probs, hint=hint, judge_adapter=None, timings=timings)
 
     # -- the backlog -------------------------------------------------------------------------------
@@ -290,7 +289,7 @@ class Judge:
                     # Give up with a 0 (no training signal), or the idle scheduler would retry it forever.
                     log.exception("judging turn %s failed %d times; stored as 0", turn.id, n)
                     j = Judgment(turn_id=turn.id, method=self.settings.judge_method, score=0,  # type: ignore[arg-type]
-                                 judge_model=self.model_name, timings={"error": repr(e)[:500], "attempts": n})
+                                 judge_model=self.engine.model_path.name, timings={"error": repr(e)[:500], "attempts": n})
                 if self.store.add_judgment(j):
                     done += 1
                     log.info("turn %s judged %+d by %s%s in %.1fs", turn.id, j.score, j.method,

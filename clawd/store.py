@@ -241,9 +241,10 @@ class Store:
         """Turns left 'running' by a crash were never answered in full: mark them aborted."""
         return self._write("UPDATE turns SET status = 'aborted' WHERE status = 'running'").rowcount
 
-    def turn_by_output(self, key: str) -> Turn | None:
-        rows = self._read("SELECT * FROM turns WHERE output_key = ? ORDER BY id DESC LIMIT 1", (key,))
-        return self._turn(rows[0]) if rows else None
+    def turns_by_output(self, key: str, limit: int = 8) -> list[Turn]:
+        """The newest turns whose answer has this key, newest first."""
+        rows = self._read("SELECT * FROM turns WHERE output_key = ? ORDER BY id DESC LIMIT ?", (key, limit))
+        return [self._turn(r) for r in rows]
 
     def turn(self, turn_id: int) -> Turn | None:
         rows = self._read("SELECT * FROM turns WHERE id = ?", (turn_id,))

@@ -105,3 +105,27 @@ def test_output_key_survives_round_trip():
     a = output_key("  Hello\n", [("exec", '{"command": "ls", "x": 1}')])
     b = output_key("Hello", [("exec", '{"x":1,"command":"ls"}')])
     assert a == b and a != output_key("Hello", [("exec", '{"command": "pwd"}')])
+
+
+def test_identical_short_answers_link_to_the_session_that_asked(tmp_path):
+    """Two sessions both answered "ok": a follow-up continues the one whose question it carries."""
+    from clawd.records import Turn
+    from clawd.serve import sessions
+    from clawd.store import Store
+
+    store = Store(tmp_path / "clawd.db")
+    system = {"role": "system", "content": "Be brief."}
+    made = {}
+    for question in ("Is the oven off?", "Did you save the file?"):
+        sid = store.open_session(f"auto:{question}")
+        t = Turn(session_id=sid, index=0, kind="main", completion_id=f"chatcmpl-{len(made)}",
+                 request={"messages": [system, {"role": "user", "content": question}]}, prompt_ids=[1, 2])
+        store.insert_turn(t)
+        t.text, t.status = "ok", "ok"
+        store.finish_turn(t)
+        made[question] = t
+    for question, t in made.items():
+        follow = [system, {"role": "user", "content": question}, {"role": "assistant", "content": "ok"},
+                  {"role": "user", "content": "thanks"}]
+        link = sessions.link(store, follow, "main", None)
+        assert link.session_id == t.session_id and link.next_state.turn_id == t.id

@@ -12,7 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..records import NextState, TurnKind, output_key
+from ..chat_template import normalize
+from ..records import NextState, Turn, TurnKind, output_key
 from ..store import Store
 
 SIDE_BUCKET = "side"  # unlinked side turns share one session: they are never trained
@@ -48,6 +49,19 @@ def _previous_answer(messages: list[dict[str, Any]]) -> int | None:
     return None
 
 
+def _last_user(messages: list[dict[str, Any]]) -> str:
+    return next(((m.get("content") or "").strip() for m in reversed(messages) if m["role"] == "user"), "")
+
+
+def _answered(candidates: list[Turn], before: list[dict[str, Any]]) -> Turn | None:
+    """Of the recorded turns that gave this answer, the one that answered the same last user
+    message: two sessions can both have answered "ok", and only one of them asked this."""
+    if len(candidates) <= 1:
+        return candidates[0] if candidates else None
+    asked = _last_user(before)
+    return next((t for t in candidates if _last_user(normalize(t.request.get("messages") or [])) == asked), candidates[0])
+
+
 def link(store: Store, messages: list[dict[str, Any]], kind: TurnKind, session_header: str | None) -> Link:
     next_state = None
     linked_session = None
@@ -55,7 +69,7 @@ def link(store: Store, messages: list[dict[str, Any]], kind: TurnKind, session_h
     if i is not None:
         m = messages[i]
         calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
-        prev = store.turn_by_output(output_key(m.get("content") or "", calls))
+        prev = _answered(store.turns_by_output(output_key(m.get("content") or "", calls)), messages[:i])
         after = messages[i + 1:]
         if prev is not None:
             linked_session = prev.session_id
