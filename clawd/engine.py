@@ -1,7 +1,7 @@
 """The loaded GGUF: tokenize, render, generate token by token with each sampled token's logprob.
 
 One `Llama` (model + serving context), plus on demand a background context on the same weights
-for the judge (`BackgroundContext`). llama-cpp-python objects are not thread-safe, so every
+for the judge (`background.BackgroundContext`). llama-cpp-python objects are not thread-safe, so every
 use goes through one compute lock; a user request always gets it before background work
 (`PriorityLock`). The serving context keeps its KV cache between requests, and `Llama.generate`
 reuses the longest common prefix: OpenClaw re-sends a ~12k-token prefix every turn, and only the
@@ -20,13 +20,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama, LlamaGrammar
-from llama_cpp import _internals as llama_internals  # not public API: pinned version, see tests/test_judge_engine.py
 
 from .chat_template import ChatTemplate, control_pieces
+
+if TYPE_CHECKING:
+    from .background import BackgroundContext
 
 log = logging.getLogger("clawd.engine")
 
@@ -214,6 +217,8 @@ class Engine:
     def background_context(self, n_ctx: int) -> BackgroundContext:
         """The judge's context on these weights, created on first use (its KV cache costs memory
         only once something judges). Asking for more room than it has makes a larger one."""
+        from .background import BackgroundContext  # it imports this module
+
         n_ctx = min(n_ctx, self.n_ctx_train or n_ctx)
         if self._background is None or self._background.n_ctx < n_ctx:
             if self._background is not None:
@@ -286,153 +291,6 @@ class Engine:
             self.model_path, self.load_seconds = Path(model_path), load
         log.info("now serving %s (loaded in %.1fs beside the old model)", model_path, load)
         return load
-
-
-class Cancelled(Exception):
-    """Background work was told to stop (the daemon is shutting down)."""
-
-
-class BackgroundContext:
-    """A second llama.cpp context on the loaded weights, with its own KV cache (design §2, §12).
-
-    Decoding here never touches the serving context's cached prefix. llama.cpp sets LoRA adapters
-    per context and publishing sets them only on the serving context, so this one always runs the
-    base weights: the policy cannot drift its own judge.
-
-    Every decode step (one sampled token, or one batch of at most `batch` prompt tokens) takes the
-    engine lock as background work and releases it after, so the KV cache stays as it was while a
-    user request runs, and the work resumes where it stopped. A prompt batch would make a user wait
-    too long (256 tokens: ~1-2 s on 2 CPU cores), so llama.cpp's abort callback stops it as soon
-    as a user waits: the user gets the engine within one graph node (measured: at most 20 ms on 2
-    busy cores, bench/judge.py), and the aborted batch is decoded again afterwards. (A GPU backend
-    does not check the callback, but its batch takes milliseconds.) Small batches instead would be
-    slow: on 2 busy cores, 800 prompt tokens took 98 s in batches of 32 and 24 s in batches of 512.
-    """
-
-    def __init__(self, engine: Engine, n_ctx: int, batch: int = 256):
-        self.engine, self.n_ctx, self.batch = engine, n_ctx, batch
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = params.n_ubatch = batch  # one ubatch per decode: an abort leaves nothing half-done
-        params.n_threads = params.n_threads_batch = engine.threads
-        params.no_perf = True
-        with engine.lock.background():  # allocating next to a decode in progress is not worth the risk
-            self._ctx = llama_internals.LlamaContext(model=engine.llm._model, params=params, verbose=False)
-            self._batch = llama_internals.LlamaBatch(n_tokens=batch, embd=0, n_seq_max=1, verbose=False)
-        self._cancel: threading.Event | None = None
-        # Called by llama.cpp between graph nodes while a prompt batch decodes; kept referenced
-        # here so the ctypes trampoline outlives every decode.
-        self._abort_cb = llama_cpp.ggml_abort_callback(
-            lambda _: engine.lock.should_yield() or (self._cancel is not None and self._cancel.is_set()))
-        self._no_abort = llama_cpp.ggml_abort_callback()
-        self.tokens: list[int] = []  # what the KV cache holds, position by position
-        self.waited_s = 0.0  # time spent waiting for user requests (and other holders) to finish
-        self.steps = 0
-        self.aborts = 0  # prompt batches given up for a user request
-        log.info("background context: %d tokens", n_ctx)
-
-    def close(self) -> None:
-        self._batch.close()
-        self._ctx.close()
-
-    # -- one decode step under the lock -----------------------------------------------------
-    def _decode(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray | None:
-        """Append `tokens` (at most `batch`) to the KV cache. Returns the logits of the last
-        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab); None when a
-        user request (or `cancel`) stopped the decode: nothing was appended, try again."""
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
-        n_vocab = self.engine.n_vocab
-        t0 = time.perf_counter()
-        with self.engine.lock.background():
-            self.waited_s += time.perf_counter() - t0
-            self._batch.set_batch(tokens, n_past=len(self.tokens), logits_all=logits_all)
-            # Only multi-token decodes can be aborted: one token is short, and the callback costs
-            # a GIL round trip per graph node.
-            abortable = len(tokens) > 1
-            if abortable:
-                self._cancel = cancel
-                llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._abort_cb, None)
-            try:
-                rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
-            finally:
-                if abortable:
-                    llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._no_abort, None)
-            if rc == 2:
-                # Aborted. The batch is one ubatch, so none of it should remain; make sure.
-                self._ctx.kv_cache_seq_rm(-1, len(self.tokens), -1)
-                self.aborts += 1
-                return None
-            if rc != 0:
-                raise RuntimeError(f"llama_decode returned {rc} in the background context")
-            rows = range(len(tokens)) if logits_all else [len(tokens) - 1]
-            # copies: the buffer is overwritten by the next decode
-            out = np.stack([np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(n_vocab,)).copy() for i in rows])
-        self.tokens.extend(tokens)
-        self.steps += 1
-        return out if logits_all else out[0]
-
-    def _decode_all(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray:
-        """`_decode`, again after each abort (a user request ran in between)."""
-        while True:
-            out = self._decode(tokens, logits_all, cancel)
-            if out is not None:
-                return out
-
-    def _truncate(self, n: int) -> None:
-        if n < len(self.tokens):
-            self._ctx.kv_cache_seq_rm(-1, n, -1)
-            del self.tokens[n:]
-
-    def _prefill(self, prompt: list[int], cancel: threading.Event | None) -> np.ndarray:
-        """Bring the KV cache to `prompt`, reusing the longest common prefix (the m votes on one
-        turn share their prompt), and return the logits after its last token."""
-        if len(prompt) >= self.n_ctx:
-            raise ValueError(f"background prompt of {len(prompt)} tokens does not fit {self.n_ctx}")
-        keep = 0
-        for a, b in zip(self.tokens, prompt):
-            if a != b:
-                break
-            keep += 1
-        self._truncate(min(keep, len(prompt) - 1))  # the last token is evaluated again for fresh logits
-        logits = None
-        while len(self.tokens) < len(prompt):
-            n = len(self.tokens)
-            logits = self._decode_all(prompt[n:n + self.batch], False, cancel)
-        return logits  # type: ignore[return-value]
-
-    # -- what the judge uses ----------------------------------------------------------------------
-    def generate(self, prompt: list[int], temperature: float, max_tokens: int, seed: int | None = None,
-                 cancel: threading.Event | None = None) -> list[int]:
-        """Sample up to `max_tokens` tokens after `prompt`, stopping at end-of-generation."""
-        rng = np.random.default_rng(seed)
-        logits = self._prefill(prompt, cancel)
-        out: list[int] = []
-        limit = min(max_tokens, self.n_ctx - len(prompt))
-        while len(out) < limit:
-            token = sample(logits, temperature, rng)
-            if self.engine.is_eog(token):
-                break
-            out.append(token)
-            if len(out) < limit:
-                logits = self._decode_all([token], False, cancel)
-        return out
-
-    def score(self, prompt: list[int], continuations: list[list[int]],
-              cancel: threading.Event | None = None) -> list[float]:
-        """log P(continuation | prompt) for each continuation: one forward pass over the prompt,
-        then the chain rule over each continuation's tokens (a verdict like "-1" may be several)."""
-        first = log_softmax(self._prefill(prompt, cancel))
-        base = len(self.tokens)
-        out = []
-        for cont in continuations:
-            lp = float(first[cont[0]])
-            if len(cont) > 1:
-                rows = self._decode_all(cont[:-1], True, cancel)  # rows[i] predicts cont[i + 1]
-                lp += sum(float(log_softmax(rows[i])[cont[i + 1]]) for i in range(len(cont) - 1))
-                self._truncate(base)
-            out.append(lp)
-        return out
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .config import Settings
-from .engine import BackgroundContext, Cancelled, Engine
+from .background import BackgroundContext, Cancelled
+from .engine import Engine
 from .records import Judgment, NextState, Turn, Vote
 from .store import Store
 
