@@ -37,9 +37,8 @@ import time
 from pathlib import Path
 
 import httpx
-from common import free_port, start_server, stop
+from common import write_result, free_port, start_server, stop
 
-ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("stream", "judging", "training", "publishing", "any")
 SYSTEM = "You are a helpful assistant. Answer briefly."
 QUESTIONS = ["What is the capital of {x}?", "Give me a word that rhymes with {x}.", "Describe {x} in one sentence.",
@@ -303,10 +302,7 @@ def main() -> None:
     print(f"answers checked {res['received']}, orphaned children {res['orphans']}, violations {len(res['violations'])}")
     for v in res["violations"][:20]:
         print("  " + v)
-    out = ROOT / "bench/out/chaos.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {out}")
+    write_result("chaos", res)
     sys.exit(1 if res["violations"] else 0)
 
 

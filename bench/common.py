@@ -72,3 +72,12 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def write_result(name: str, data: dict) -> Path:
+    """bench/out/<name>.json, for the numbers quoted in notes and the README."""
+    path = Path(__file__).resolve().parent / "out" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+    print(f"wrote {path}")
+    return path

@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 import httpx
-from common import free_port, start_server, stop
+from common import write_result, free_port, start_server, stop
 
-ROOT = Path(__file__).resolve().parent.parent
 TOPICS = ["the sea", "a lighthouse", "tea", "rain", "a fox", "Mars", "bread", "a violin", "snow", "a bridge"]
 
 
@@ -155,10 +154,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in out.items() if k != "error_samples"}, indent=1))
     for e in errors[:5]:
         print("  error:", e)
-    path = ROOT / "bench/out/load.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
-    print(f"wrote {path}")
+    write_result("load", out)
     sys.exit(1 if errors else 0)
 
 

@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 
 import httpx
-from common import free_port, start_server, stop, stream_chat, summarize
+from common import write_result, free_port, start_server, stop, stream_chat, summarize
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path("/work/shared/fixtures/openclaw")
 PROMPT = "Story #{i}: write a long story about a lighthouse keeper and the night the lamp went out."
 SEED, N_CTX, SYSTEM_CHARS = 1234, 8192, 6000
@@ -211,10 +210,8 @@ def main() -> None:
         print(f"turn {n} evaluated {tm.get('evaluated_prompt_tokens')} of {u['prompt_tokens']} prompt tokens "
               f"({u['prompt_tokens_details']['cached_tokens']} cached; db: {tm.get('cached_tokens')}), "
               f"first token {tm.get('first_token_s')} s, {t['seconds']} s total, finish {t['finish']}")
-    out = ROOT / "bench/out/serve.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
-    print(f"wrote {out} (server logs in {tmp})")
+    write_result("serve", results)
+    print(f"server logs in {tmp}")
 
 
 if __name__ == "__main__":

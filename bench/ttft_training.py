@@ -18,7 +18,6 @@ Results also go to bench/out/ttft_training.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -28,9 +27,8 @@ import time
 from pathlib import Path
 
 import httpx
-from common import free_port, start_server, stop, stream_chat
+from common import write_result, free_port, start_server, stop, stream_chat
 
-ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are a helpful assistant. Answer briefly."
 CONVERSATIONS = [
     ("What is the capital of France?", "Thanks, that's exactly right!"),
@@ -131,10 +129,7 @@ def main() -> None:
           f"micro-step mean {out['mean_micro_step_s']:.2f} s, max {worst_micro:.2f} s")
     print(f"probes within one micro-step of idle: {out['within_one_micro_step']:.0%}; "
           f"max added / max micro-step = {max(added) / worst_micro:.2f}")
-    path = ROOT / "bench/out/ttft_training.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
-    print(f"wrote {path}")
+    write_result("ttft_training", out)
 
 
 if __name__ == "__main__":
