@@ -86,8 +86,8 @@ def test_clawd_merge(work, tmp_path):
     record = json.loads((home / "models/merged.json").read_text())
     assert record["base"] == str(bundled_model_path()) and record["version"] == 1
     ftype = gguf.GGUFReader(str(merged)).fields["general.file_type"].contents()
-    assert ftype == 3  # MOSTLY_Q4_1, like the base
-    # it carries the adapter: the next-token distribution moved toward base+adapter
+    assert ftype == 7  # MOSTLY_Q8_0: the base is Q4_1, which would round the adapter away
+    # it carries the adapter: the next-token distribution is base+adapter's, within Q8_0 rounding
     text = PROMPTS[0]
     target = logprobs(bundled_model_path(), work / "adapter.gguf", text)
-    assert kl_tv(target, logprobs(merged, None, text))[0] < 0.5 * kl_tv(target, logprobs(bundled_model_path(), None, text))[0]
+    assert kl_tv(target, logprobs(merged, None, text))[0] < 0.05 * kl_tv(target, logprobs(bundled_model_path(), None, text))[0]

@@ -8,7 +8,11 @@ merged. This is what peft's merge_and_unload computes, done here on the GGUF's o
 numpy: the tokenizer, chat template and every other key are copied as they are, so the merged
 file tokenizes exactly like the base.
 
-Written as f16 (or f32) first, then `llama_model_quantize` to the base's file type.
+Written as f16 (or f32) first, then `llama_model_quantize` to the base's file type, but never
+below Q8_0: requantizing to 4 bits rounds most of a LoRA delta away. Measured on the bundled
+Q4_1 model with a strong adapter, KL(base + adapter ‖ merged) was 0.48 and 0.23 at Q4_1 (the
+adapter itself moved it by 2.8 and 0.65) against 0.013 and 0.011 at Q8_0, for 138 MB instead of
+93 MB.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ from .convert import (
 log = logging.getLogger("clawd.publish")
 
 Progress = Callable[[str, float], None]  # (stage, fraction done)
+# base file types a merge keeps; anything coarser (Q2…Q6, IQ*) becomes Q8_0
+KEEP_FTYPES = {int(t) for t in (gguf.LlamaFileType.ALL_F32, gguf.LlamaFileType.MOSTLY_F16,
+                                gguf.LlamaFileType.MOSTLY_BF16, gguf.LlamaFileType.MOSTLY_Q8_0)}
 
 
 def deltas(adapter_dirs: list[Path], base: BaseInfo) -> dict[str, np.ndarray]:
@@ -127,14 +134,14 @@ def quantize(src: Path, out: Path, ftype: int, threads: int = 0) -> float:
 
 def merge(base_path: Path, adapter_dirs: list[Path], out: Path, threads: int = 0,
           progress: Progress | None = None) -> dict:
-    """base + adapters → `out`, quantized like the base. The f16 intermediate is removed."""
+    """base + adapters → `out`, quantized like the base (at least Q8_0). The f16 intermediate is removed."""
     progress = progress or (lambda stage, f: None)
     t0 = time.perf_counter()
     f16 = out.with_name(out.stem + ".f16.gguf")
     info = write_merged(base_path, adapter_dirs, f16, "f16", progress)
     log.info("merged %d tensors into %s in %.1fs; quantizing", info["changed"], f16, time.perf_counter() - t0)
     progress("quantizing", 0.0)
-    ftype = info["file_type"] if info["file_type"] is not None else int(gguf.LlamaFileType.MOSTLY_Q8_0)
+    ftype = info["file_type"] if info["file_type"] in KEEP_FTYPES else int(gguf.LlamaFileType.MOSTLY_Q8_0)
     try:
         info["quantize_s"] = round(quantize(f16, out, ftype, threads), 1)
     finally:
