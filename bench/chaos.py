@@ -249,6 +249,17 @@ def run(kills: int, seed: int, model: Path | None, workdir: Path, phases=PHASES,
     return results
 
 
+def unfinished(home: Path) -> tuple[list[int], list[int]]:
+    """Training runs still 'running' and adapters trained but not gated."""
+    con = sqlite3.connect(f"file:{home / 'clawd.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        runs = [r for (r,) in con.execute("SELECT id FROM train_runs WHERE status = 'running'")]
+        pending = [v for (v,) in con.execute("SELECT version FROM adapters WHERE status = 'trained'")]
+    finally:
+        con.close()
+    return runs, pending
+
+
 def settle(home: Path, workdir: Path, args: list[str], env: dict, client: httpx.Client, log, timeout: float = 600) -> dict:
     """A last daemon with no users: whatever the kills interrupted must finish or be retired."""
     port = free_port()
@@ -256,28 +267,31 @@ def settle(home: Path, workdir: Path, args: list[str], env: dict, client: httpx.
     proc = start_server([sys.executable, "-m", "clawd", "serve", "--port", str(port), *args], port,
                         workdir / "daemon-final.log", env)
     try:
-        deadline, quiet_since = time.time() + timeout, None
+        # Stop at the first moment nothing is half-done: no round running or staged, no adapter
+        # waiting for the gate, the daemon neither training nor publishing. New rounds may follow
+        # (the kills left a backlog); they are not this check's business.
+        deadline = time.time() + timeout
         while time.time() < deadline:
             doing = client.get(url + "/v1/clawd/status").json()["doing"]
-            quiet_since = (quiet_since or time.time()) if doing in ("idle", "waiting for idle") else None
-            if quiet_since and time.time() - quiet_since > 5:
+            runs, pending = unfinished(home)
+            if not runs and not pending and not (home / "adapters/.staging").exists() \
+                    and not doing.startswith(("training", "publishing", "starting")):
                 break
             time.sleep(0.5)
         st = client.get(url + "/v1/clawd/status").json()
     finally:
         stop(proc)
     bad = check_home(home, [])
+    runs, pending = unfinished(home)
     con = sqlite3.connect(home / "clawd.db")
     try:
         running = con.execute("SELECT COUNT(*) FROM turns WHERE status = 'running'").fetchone()[0]
-        runs = con.execute("SELECT COUNT(*) FROM train_runs WHERE status = 'running'").fetchone()[0]
-        pending = [v for (v,) in con.execute("SELECT version FROM adapters WHERE status = 'trained'")]
         counts = dict(con.execute("SELECT status, COUNT(*) FROM train_runs GROUP BY status").fetchall())
         adapters = dict(con.execute("SELECT status, COUNT(*) FROM adapters GROUP BY status").fetchall())
     finally:
         con.close()
     bad += [f"final: {running} turn(s) still 'running'"] * bool(running)
-    bad += [f"final: {runs} training run(s) still 'running'"] * bool(runs)
+    bad += [f"final: training runs {runs} still 'running'"] * bool(runs)
     bad += [f"final: adapters {pending} trained but never gated"] * bool(pending)
     log(f"  settled: doing {st['doing']!r}, turns {st['turns']}, runs {counts}, adapters {adapters}")
     return {"turns": st["turns"], "train_runs": counts, "adapters": adapters, "serving": st["adapter"], "violations": bad}

@@ -18,7 +18,7 @@ from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
 from .store import StorageError, Store
-from .train import Trainer, ready_turns
+from .train import Trainer, ready_turns, staged_round
 
 log = logging.getLogger("clawd")
 
@@ -51,6 +51,8 @@ class Daemon:
         interrupted = self.store.recover_interrupted()
         if interrupted:
             log.warning("%d turn(s) were cut off by a previous stop; marked aborted", interrupted)
+        if not staged_round(settings.home) and self.store.fail_unstaged_runs():
+            log.warning("a training round was stopped before its first checkpoint; its turns wait for the next one")
         self.engine = Engine(settings.resolved_model(), n_ctx=settings.ctx, threads=settings.threads,
                              batch=settings.batch, gpu_layers=settings.gpu_layers)
         self.chat = ChatService(self.engine, self.store, settings)
@@ -61,6 +63,7 @@ class Daemon:
             judge_backlog=lambda stop: self.judge.run_backlog(stop),
             backlog_size=self.judge.backlog_size,
             ready_to_train=lambda: len(ready_turns(self.store, settings.train_method, settings.train_batch)),
+            staged=lambda: staged_round(settings.home),
             start_trainer=lambda: Trainer(settings).start(),
             publish=self._publish,
             unpublished=self.adapters.newest_trained,

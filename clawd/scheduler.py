@@ -39,6 +39,7 @@ class Jobs:
     judge_backlog: Callable[[threading.Event], int]  # judges until done or the event is set
     backlog_size: Callable[[], int]
     ready_to_train: Callable[[], int]  # turns a round could use now
+    staged: Callable[[], bool]  # an interrupted round waits to be resumed
     start_trainer: Callable[[], Any]  # -> a Trainer (start/pause/resume/alive/paused/events/stop)
     publish: Callable[[], dict[str, Any] | None]  # publish the newest trained adapter, if any
     unpublished: Callable[[], int | None]  # the newest trained adapter not yet gated (a kill came between)
@@ -132,6 +133,11 @@ class Scheduler:
             return
         if not idle:
             self._set("serving" if self.activity().in_flight else "waiting for idle")
+            return
+        if self.jobs.staged() and time.time() >= self._train_backoff_until:
+            log.info("resuming the training round a stop interrupted")
+            self._set("training")
+            self.trainer = self.jobs.start_trainer()
             return
         if self.jobs.backlog_size() > 0:
             self._set("judging")

@@ -241,6 +241,12 @@ class Store:
         """Turns left 'running' by a crash were never answered in full: mark them aborted."""
         return self._write("UPDATE turns SET status = 'aborted' WHERE status = 'running'").rowcount
 
+    def fail_unstaged_runs(self) -> int:
+        """At daemon start, with no training checkpoint on disk: runs still 'running' were killed
+        before their first step and will never finish (their turns stay ready for the next round)."""
+        return self._write("UPDATE train_runs SET status = 'failed', error = 'interrupted before its first checkpoint',"
+                           " finished = ? WHERE status = 'running'", (time.time(),)).rowcount
+
     def turns_by_output(self, key: str, limit: int = 8) -> list[Turn]:
         """The newest turns whose answer has this key, newest first."""
         rows = self._read("SELECT * FROM turns WHERE output_key = ? ORDER BY id DESC LIMIT ?", (key, limit))

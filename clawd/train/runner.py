@@ -22,6 +22,12 @@ from ..config import Settings
 log = logging.getLogger("clawd.train")
 
 
+def staged_round(home: Path) -> bool:
+    """A round a stop or a kill interrupted left its checkpoint (loop.py's adapters/.staging/):
+    the next round resumes it, whether or not enough new turns are ready."""
+    return (Path(home) / "adapters" / ".staging" / "state.pt").is_file()
+
+
 def _die_with_parent(parent: int) -> None:
     """A daemon killed with SIGKILL cannot stop its trainer: on Linux the kernel does it, so no
     orphan keeps the CPU and the round's lock (the next daemon resumes from the last checkpoint)."""
