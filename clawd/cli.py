@@ -379,6 +379,16 @@ def cmd_merge(ns: argparse.Namespace) -> None:
           + ("; the daemon serves it" if out.get("serving") else "; `clawd serve` serves it"))
 
 
+def cmd_bench(ns: argparse.Namespace) -> None:
+    """Benchmarks live in the checkout's bench/, not in the package: run them from there."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "bench" / f"{ns.name}.py"
+    if not script.is_file():
+        sys.exit(f"{script} not found: the benchmarks run from a clawd checkout (pip install -e .)")
+    sys.exit(subprocess.call([sys.executable, str(script), *ns.args]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clawd", description="A local model daemon that learns from being used.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -443,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
                        default=argparse.SUPPRESS, help=f.description)
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser("bench", help="run a benchmark from the checkout's bench/ (`clawd bench personalize --help`)")
+    p.add_argument("name", choices=["personalize"])
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own flags")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

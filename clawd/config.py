@@ -36,10 +36,14 @@ def bundled_model_path() -> Path | None:
 
 
 class _ConfigFile(PydanticBaseSettingsSource):
-    """Values from $CLAWD_HOME/config.json (written by `clawd config set`)."""
+    """Values from <home>/config.json (written by `clawd config set`); home is --home, else $CLAWD_HOME."""
+
+    def __init__(self, settings_cls, home: Path | str | None = None):
+        super().__init__(settings_cls)
+        self.home = Path(home) if home else None  # `--home` (or Settings(home=…)) names the file too
 
     def __call__(self) -> dict[str, Any]:
-        path = default_home() / "config.json"
+        path = (self.home or default_home()) / "config.json"
         if not path.is_file():
             return {}
         return json.loads(path.read_text())
@@ -114,7 +118,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-        return (init_settings, env_settings, _ConfigFile(settings_cls))
+        return (init_settings, env_settings, _ConfigFile(settings_cls, init_settings.init_kwargs.get("home")))
 
     def resolved_model(self) -> Path:
         if self.model is not None:

@@ -129,3 +129,16 @@ def test_identical_short_answers_link_to_the_session_that_asked(tmp_path):
                   {"role": "user", "content": "thanks"}]
         link = sessions.link(store, follow, "main", None)
         assert link.session_id == t.session_id and link.next_state.turn_id == t.id
+
+
+def test_config_file_comes_from_the_home_in_use(tmp_path, monkeypatch):
+    """`--home X` reads X/config.json, not the one under $CLAWD_HOME or the default home."""
+    from clawd.config import Settings
+
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    for d, ctx in ((mine, 1234), (other, 999)):
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"ctx": ctx}))
+    monkeypatch.setenv("CLAWD_HOME", str(other))
+    assert Settings(home=mine).ctx == 1234
+    assert Settings().ctx == 999
