@@ -53,7 +53,8 @@ def one(client: httpx.Client, url: str, rng: random.Random, max_tokens: int) -> 
                         "body": r.text[:300]}
             first, done = None, False
             for line in r.iter_lines():
-                if first is None and line.startswith("data: "):
+                if first is None and line.startswith("data: {") and '"content": ""' not in line \
+                        and '"content": "' in line:  # the first token, not the opening role chunk
                     first = time.perf_counter() - t0
                 if line == "data: [DONE]":
                     done = True
