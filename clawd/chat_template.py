@@ -88,7 +88,6 @@ class ChatTemplate:
             out = _with_tool_system(out, tools)
         return merge_same_role(out)
 
-
     def defuse(self, text: str) -> str:
         """Break up control-token text (`<|im_end|>`) inside a message with a zero-width space: the
         prompt is tokenized with special tokens parsed (the template's own markers must be), so a

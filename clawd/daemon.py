@@ -62,14 +62,17 @@ class Daemon:
         self.scheduler = Scheduler(settings, self.store, self._activity, Jobs(
             judge_backlog=lambda stop: self.judge.run_backlog(stop),
             backlog_size=self.judge.backlog_size,
-            ready_to_train=lambda: len(ready_turns(self.store, settings.train_method, settings.train_batch)),
+            ready_to_train=self._ready_to_train,
             staged=lambda: staged_round(settings.home),
             start_trainer=lambda: Trainer(settings).start(),
             publish=self._publish,
             unpublished=self.adapters.newest_trained,
         ))
-        self.chat.on_admit = self.scheduler.user_arrived
+        self.chat.on_admit = self.scheduler.pause_training
         self.started = time.time()
+
+    def _ready_to_train(self) -> int:
+        return len(ready_turns(self.store, self.settings.train_method, self.settings.train_batch))
 
     def _activity(self) -> Activity:
         return Activity(in_flight=self.chat.in_flight, last_activity=self.chat.last_activity)
@@ -89,7 +92,7 @@ class Daemon:
         version = self.engine.adapter_version
         adapter = None
         if version is not None:
-            row = next((r for r in self.store.adapter_rows() if r["version"] == version), None)
+            row = next((r for r in self.store.adapters() if r["version"] == version), None)
             adapter = {"version": version, "age_s": round(time.time() - row["created"], 1) if row else None}
         return {
             "version": __version__,
@@ -105,7 +108,7 @@ class Daemon:
             "in_flight": self.chat.in_flight,
             "training": {"last": st.last_train, "progress": st.train_progress, "last_publish": st.last_publish,
                          "batch": self.settings.train_batch,
-                         "ready": len(ready_turns(self.store, self.settings.train_method, self.settings.train_batch)),
+                         "ready": self._ready_to_train(),
                          "auto": self.settings.auto_learn, "idle_seconds": self.settings.idle_seconds},
             "memory_mb": _rss_mb(),
             "home": str(self.settings.home),

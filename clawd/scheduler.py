@@ -93,13 +93,19 @@ class Scheduler:
         if self.trainer is not None and self.trainer.alive:
             self.trainer.stop(timeout=30)
 
-    def user_arrived(self) -> None:
-        """A request was admitted: pause training now rather than at the next tick (the child stops
-        at the end of its micro-step). The next idle tick resumes it."""
+    def pause_training(self) -> None:
+        """Someone is being served. Called as each request is admitted, so training pauses now
+        rather than at the next tick (the child stops at the end of its micro-step); the next idle
+        tick resumes it."""
         t = self.trainer
         if t is not None and not t.paused:
             t.pause()
             self._set("training (paused for a request)")
+
+    def _start_training(self, why: str) -> None:
+        log.info("%s: starting a training round", why)
+        self._set("training")
+        self.trainer = self.jobs.start_trainer()
 
     def _set(self, doing: str) -> None:
         if doing != self.state.doing:
@@ -134,10 +140,9 @@ class Scheduler:
         if not idle:
             self._set("serving" if self.activity().in_flight else "waiting for idle")
             return
-        if self.jobs.staged() and time.time() >= self._train_backoff_until:
-            log.info("resuming the training round a stop interrupted")
-            self._set("training")
-            self.trainer = self.jobs.start_trainer()
+        may_train = time.time() >= self._train_backoff_until
+        if may_train and self.jobs.staged():
+            self._start_training("a stop interrupted the last round")  # it resumes from its checkpoint
             return
         if self.jobs.backlog_size() > 0:
             self._set("judging")
@@ -154,10 +159,8 @@ class Scheduler:
             self._publish()
             return
         ready = self.jobs.ready_to_train()
-        if ready >= self.settings.train_batch and time.time() >= self._train_backoff_until:
-            log.info("%d turns ready: starting a training round", ready)
-            self._set("training")
-            self.trainer = self.jobs.start_trainer()
+        if may_train and ready >= self.settings.train_batch:
+            self._start_training(f"{ready} turns ready")
             return
         self._set("idle")
 
@@ -177,10 +180,9 @@ class Scheduler:
                 elif ev.get("event") == "done":
                     self._failures = 0
         if t.alive:
-            if not idle and not t.paused:
-                t.pause()
-                self._set("training (paused for a request)")
-            elif idle and t.paused:
+            if not idle:
+                self.pause_training()
+            elif t.paused:
                 t.resume()
                 self._set("training")
             return

@@ -343,9 +343,6 @@ class Store:
             " ORDER BY j.turn_id DESC LIMIT ?", (n,))
         return [r["s"] for r in reversed(rows)]
 
-    def adapter_rows(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._read("SELECT * FROM adapters ORDER BY version")]
-
     # -- status -------------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         r = self._read(

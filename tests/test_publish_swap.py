@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import numpy as np
@@ -79,30 +80,40 @@ def cli(d: Daemon, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_twenty_swaps_under_streaming_clients(daemon):
+@contextmanager
+def streaming_clients(d: Daemon, n: int, most: int, least: int = 0):
+    """`n` threads asking one streamed question after another (at most `most` each, at least
+    `least`) until the block ends; yields (results, errors), complete once the block has ended."""
     results: list[dict] = []
     errors: list[BaseException] = []
     done = threading.Event()
 
     def client(k: int) -> None:
         try:
-            for i in range(40):  # bounded; stops early once the swaps are over
-                if done.is_set() and i > 2:
+            for i in range(most):  # bounded; stops early once the block is over
+                if done.is_set() and i >= least:
                     return
-                results.append(ask(daemon, PROMPTS[(k + i) % len(PROMPTS)]))
-        except BaseException as e:  # noqa: BLE001 - reported below
+                results.append(ask(d, PROMPTS[(k + i) % len(PROMPTS)]))
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
             errors.append(e)
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(3)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n)]
     for t in threads:
         t.start()
-    for i in range(20):
-        time.sleep(0.15)
-        action, version = [("use", 1), ("use", 2), ("off", None)][i % 3]
-        post(daemon, action, version)
-    done.set()
-    for t in threads:
-        t.join(timeout=120)
+    try:
+        yield results, errors
+    finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=120)
+
+
+def test_twenty_swaps_under_streaming_clients(daemon):
+    with streaming_clients(daemon, 3, most=40, least=3) as (results, errors):
+        for i in range(20):
+            time.sleep(0.15)
+            action, version = [("use", 1), ("use", 2), ("off", None)][i % 3]
+            post(daemon, action, version)
     assert not errors, errors
     rows = []
     for r in results:
@@ -192,25 +203,9 @@ def test_merge_while_serving(daemon):
     moves to the merged model between requests, and no streamed answer is lost meanwhile."""
     if served(daemon) != 2:
         assert cli(daemon, "adapters", "use", "2").returncode == 0
-    results, errors, done = [], [], threading.Event()
-
-    def client(k: int) -> None:
-        try:
-            for i in range(200):  # bounded
-                if done.is_set():
-                    return
-                results.append(ask(daemon, PROMPTS[(k + i) % len(PROMPTS)]))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    r = cli(daemon, "merge")
-    time.sleep(1.0)  # a few answers from the merged model too
-    done.set()
-    for t in threads:
-        t.join(timeout=120)
+    with streaming_clients(daemon, 2, most=200) as (results, errors):
+        r = cli(daemon, "merge")
+        time.sleep(1.0)  # a few answers from the merged model too
     assert r.returncode == 0 and "the daemon serves it" in r.stdout, r.stderr
     assert not errors, errors
     merged = daemon.home / "models/merged-0002.gguf"

@@ -78,8 +78,7 @@ def create_app(daemon: Any) -> FastAPI:
     @app.exception_handler(StorageError)
     async def storage(request: Request, exc: StorageError):
         log.error("%s %s refused: %s", request.method, request.url.path, exc)
-        return _error(protocol.ApiError(503, str(exc), type="server_error", code="storage_unavailable",
-                                        headers={"Retry-After": "30"}))
+        return _error(_storage_unavailable(str(exc)))
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception):
@@ -180,10 +179,14 @@ def create_app(daemon: Any) -> FastAPI:
     return app
 
 
+def _storage_unavailable(message: str) -> protocol.ApiError:
+    return protocol.ApiError(503, message, type="server_error", code="storage_unavailable",
+                             headers={"Retry-After": "30"})
+
+
 def _event_error(ev: Event) -> protocol.ApiError:
-    if ev.status == 503:
-        return protocol.ApiError(503, ev.text, type="server_error", code="storage_unavailable",
-                                 headers={"Retry-After": "30"})
+    if ev.status == 503:  # the turn could not be recorded
+        return _storage_unavailable(ev.text)
     return protocol.ApiError(500, ev.text, type="server_error")
 
 

@@ -34,6 +34,7 @@ from ..config import Settings, ensure_home
 from ..store import Store
 from .backend import Backend, is_oom, load_backend, sha256_file
 from .loss import policy_loss
+from .runner import STAGED_STATE, STAGING
 from .samples import (WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns,
                       signal)
 
@@ -102,10 +103,11 @@ def run_round(settings: Settings, store: Store | None = None, backend: Backend |
 
 
 def _round(settings, store, db, adapters, backend, progress, control) -> RoundResult | None:
-    staging = adapters / ".staging"
+    staging = adapters / STAGING
     st = _load_staging(staging)
     if st is None:
-        _fail_interrupted(db)
+        if store.fail_unstaged_runs():  # runs killed before their first checkpoint: nothing to resume
+            log.info("interrupted training run(s) marked failed")
         turn_ids = ready_turns(store, settings.train_method, settings.train_batch)
         if not turn_ids:
             log.info("no judged turns ready for %s training", settings.train_method)
@@ -315,14 +317,6 @@ def _finish_run(db: sqlite3.Connection, run_id: int, status: str, error: str | N
     db.execute("UPDATE train_runs SET status = ?, error = ?, finished = ? WHERE id = ?", (status, error, time.time(), run_id))
 
 
-def _fail_interrupted(db: sqlite3.Connection) -> None:
-    """Runs left 'running' with no checkpoint to resume (killed before their first step)."""
-    n = db.execute("UPDATE train_runs SET status = 'failed', error = 'interrupted before its first checkpoint',"
-                   " finished = ? WHERE status = 'running'", (time.time(),)).rowcount
-    if n:
-        log.info("%d interrupted training run(s) marked failed", n)
-
-
 def _record(db: sqlite3.Connection, st: dict, version: int, path: Path, metrics: dict) -> None:
     """One transaction: the adapter row, the turns consumed, the run done."""
     meta = (path / "meta.json").read_text()
@@ -353,17 +347,17 @@ def _exclusive(path: Path):
 
 def _save_staging(staging: Path, st: dict) -> None:
     staging.mkdir(exist_ok=True)
-    tmp = staging / "state.pt.tmp"
+    tmp = staging / (STAGED_STATE + ".tmp")
     with open(tmp, "wb") as f:
         torch.save(st, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, staging / "state.pt")
+    os.replace(tmp, staging / STAGED_STATE)
     _fsync_dir(staging)
 
 
 def _load_staging(staging: Path) -> dict | None:
-    path = staging / "state.pt"
+    path = staging / STAGED_STATE
     if not path.is_file():
         return None
     try:

@@ -22,10 +22,15 @@ from ..config import Settings
 log = logging.getLogger("clawd.train")
 
 
+# Where loop.py checkpoints a round in progress (adapters/.staging/state.pt); named here so the
+# daemon can see an interrupted round without importing torch.
+STAGING, STAGED_STATE = ".staging", "state.pt"
+
+
 def staged_round(home: Path) -> bool:
-    """A round a stop or a kill interrupted left its checkpoint (loop.py's adapters/.staging/):
-    the next round resumes it, whether or not enough new turns are ready."""
-    return (Path(home) / "adapters" / ".staging" / "state.pt").is_file()
+    """A round a stop or a kill interrupted left its checkpoint: the next round resumes it,
+    whether or not enough new turns are ready."""
+    return (Path(home) / "adapters" / STAGING / STAGED_STATE).is_file()
 
 
 def _die_with_parent(parent: int) -> None:
