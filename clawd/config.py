@@ -102,10 +102,16 @@ class Settings(BaseSettings):
     lr: float = Field(1e-5, gt=0, description="Learning rate of the LoRA adapter (AdamW, constant).")
     lora_r: int = Field(16, ge=1, description="LoRA rank, on all attention and MLP projections.")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (the adapter's scale is alpha/r).")
-    max_train_tokens: int = Field(8192, ge=128, description="Longest training sequence (prompt + completion); longer "
+    max_train_tokens: int = Field(0, ge=0, description="Longest training sequence (prompt + completion), at least 128; "
+                                  "0 = by device: 8192 on CPU, 16384 on CUDA (OpenClaw's prompts are ~12k tokens). Longer "
                                   "histories are cut from the left, keeping the system prompt. Lower it if training runs out of memory.")
     w_rl: float = Field(1.0, ge=0, description="Weight of the reward term (w_rl·r) in the combined advantage.")
     w_opd: float = Field(1.0, ge=0, description="Weight of the distillation term (w_opd·(log π_teacher − log π_old)) in the combined advantage.")
+    train_tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: each token's loss is weighted by "
+                                 "min(π_old/π_served, this), correcting turns served by an older adapter or before a merge "
+                                 "(2.0, as OpenClaw-RL's slime).")
+    train_kl_coef: float = Field(0.0, ge=0, description="Weight of the per-token KL(adapter ‖ base weights) penalty "
+                                 "that keeps an adapter near the base model's general ability; 0 = none.")
     train_base: Path | None = Field(None, description="Hugging Face checkpoint directory to train on instead of the "
                                     "served GGUF dequantized; its tokenizer must give the engine's token ids.")
 

@@ -1,13 +1,17 @@
-"""The policy loss on hand-built tensors: signs, clipping, advantages, masks."""
+"""The policy loss on hand-built tensors: signs, clipping, advantages, masks, importance weights,
+the KL-to-base term; and the tempered token logprobs it is fed, against a hand computation."""
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from clawd.train.loss import policy_loss
+from clawd.train.backend import Backend, train_tokens
+from clawd.train.loss import K3_MAX, kl_k3, policy_loss, tis_weight
 
 
 def grad_of(logp, old, teacher, reward, mask, **w):
@@ -82,3 +86,78 @@ def test_masks_and_batch_mean():
     assert loss.item() == pytest.approx(-1.0)  # (mean over 3 tokens of -1) and (mean over 1 token of -1), averaged
     assert torch.all(g[1, 1:] == 0)
     assert g[0, 0] == pytest.approx(-1 / 3 / 2) and g[1, 0] == pytest.approx(-1 / 2)
+
+
+def test_importance_weight_scales_each_token_and_is_capped():
+    # a stale turn: the serving policy gave its tokens e^-1, 0.5 and 0.05; π_old gives 0.5, 0.5, 0.5
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
+    rollout = torch.log(torch.tensor([[math.exp(-1), 0.5, 0.05]]))
+    w = tis_weight(old, rollout, cap=2.0)
+    assert w == pytest.approx(torch.tensor([[0.5 * math.e, 1.0, 2.0]]), rel=1e-5)  # 10 capped at 2
+    _, g_plain = grad_of(old, old, old, torch.tensor([1.0]), torch.ones(1, 3), w_opd=0.0)
+    logp = old.clone().requires_grad_(True)
+    policy_loss(logp, old, old, torch.tensor([1.0]), torch.ones(1, 3), w_opd=0.0, weight=w).backward()
+    assert logp.grad == pytest.approx(w * g_plain)  # per token, not per sample
+    assert not w.requires_grad
+
+
+def test_kl_k3_by_hand_and_its_pull_toward_the_base():
+    base = torch.log(torch.tensor([[0.5, 0.2, 0.3]]))
+    logp = torch.log(torch.tensor([[0.5, 0.4, 0.1]])).requires_grad_(True)
+    k3 = kl_k3(logp, base)
+    by_hand = [r - math.log(r) - 1 for r in (0.5 / 0.5, 0.2 / 0.4, 0.3 / 0.1)]  # r = π_base / π_θ
+    assert k3.detach()[0] == pytest.approx(torch.tensor(by_hand), rel=1e-5)
+    assert k3[0, 0].item() == 0 and torch.all(k3 >= 0)
+    k3.sum().backward()
+    # gradient 1 − π_base/π_θ: none where they agree, descent lowers a token the adapter overrates, raises one it underrates
+    assert logp.grad[0] == pytest.approx(torch.tensor([0.0, 0.5, -2.0]), abs=1e-5)
+    assert kl_k3(torch.tensor([[-30.0]]), torch.tensor([[0.0]])).item() == K3_MAX  # capped
+
+
+def test_kl_term_adds_to_the_surrogate():
+    old = torch.log(torch.tensor([[0.5, 0.5]]))
+    base = torch.log(torch.tensor([[0.25, 0.5]]))
+    mask, r = torch.ones(1, 2), torch.tensor([1.0])
+    loss0, g0 = grad_of(old, old, old, r, mask, w_opd=0.0, base_logp=base, kl_coef=0.0)
+    loss1, g1 = grad_of(old, old, old, r, mask, w_opd=0.0, base_logp=base, kl_coef=0.1)
+    k3 = kl_k3(old, base)
+    assert loss1.item() == pytest.approx(loss0.item() + 0.1 * k3.mean().item(), rel=1e-5)
+    assert g1 == pytest.approx(g0 + 0.1 * torch.tensor([[1 - 0.5, 0.0]]) / 2, abs=1e-6)
+
+
+class _Fixed(torch.nn.Module):
+    """A "model" whose logits are given: position t of any input gets row t of `z`."""
+
+    def __init__(self, z: torch.Tensor):
+        super().__init__()
+        self.z = z  # (T, V)
+
+    def forward(self, input_ids, logits_to_keep, use_cache):
+        return SimpleNamespace(logits=self.z[None, -logits_to_keep:])
+
+    def disable_adapter(self):
+        return nullcontext()
+
+
+def test_logprobs_are_taken_at_the_temperature():
+    z = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 0.5, -1.0], [9.0, 9.0, 9.0, 9.0]])  # (T=3, V=4)
+    b = object.__new__(Backend)
+    b.model, b.device, b.name = _Fixed(z), torch.device("cpu"), "fixed"
+    ids = [2, 0, 2]  # prompt [2]; completion tokens 0 (given row 0) and 2 (given row 1)
+
+    def by_hand(row, token, t):
+        return z[row, token].item() / t - math.log(sum(math.exp(v / t) for v in z[row].tolist()))
+
+    for t in (1.0, 0.8, 0.5):
+        expected = [by_hand(0, 0, t), by_hand(1, 2, t)]
+        assert b.logprobs(ids, 1, temperature=t).tolist() == pytest.approx(expected, rel=1e-5)
+    both = b.logprobs_at(ids, 1, (0.8, 1.0))
+    assert both.shape == (2, 2) and both[1].tolist() == pytest.approx([by_hand(0, 0, 1.0), by_hand(1, 2, 1.0)])
+    assert math.exp(by_hand(0, 0, 0.8)) == pytest.approx(0.7183, abs=1e-4)  # p0.8 of the top token, sharper than p1's 0.6439
+
+
+def test_max_train_tokens_by_device():
+    assert train_tokens(0, cuda=False) == 8192 and train_tokens(0, cuda=True) == 16384
+    assert train_tokens(4096, cuda=True) == 4096
+    with pytest.raises(ValueError, match="at least 128"):
+        train_tokens(64, cuda=False)

@@ -1,9 +1,11 @@
 """Samples from recorded turns: normalization as served, the hinted teacher prompt, left truncation
-keeping the system prompt, reward precedence. Tokenized with llama.cpp's vocabulary, like the engine."""
+keeping the system prompt (or saying why not), hints lost to the cut, the sampling temperature,
+reward precedence. Tokenized with llama.cpp's vocabulary, like the engine."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -60,14 +62,27 @@ def test_teacher_prompt_appends_the_hint_to_the_last_user_message(template):
 
 def test_fit_cuts_history_from_the_left_keeping_the_system_prompt():
     prompt, completion = list(range(1000)), list(range(5000, 5010))
-    p, c, cut = S.fit(prompt, completion, keep=100, limit=300)
-    assert c == completion and len(p) + len(c) == 300 and cut == 1000 - 290
+    p, c, cut, head = S.fit(prompt, completion, keep=100, limit=300)
+    assert c == completion and len(p) + len(c) == 300 and cut == 1000 - 290 and head == 100
     assert p[:100] == prompt[:100] and p[100:] == prompt[-190:]
-    assert S.fit(prompt, completion, keep=100, limit=2000) == (prompt, completion, 0)
-    p, _, _ = S.fit(prompt, completion, keep=280, limit=300)  # the system prompt alone does not fit
-    assert p == prompt[-290:]
-    p, c, _ = S.fit(prompt, list(range(400)), keep=0, limit=300)  # a completion too long loses its end
+    assert S.fit(prompt, completion, keep=100, limit=2000) == (prompt, completion, 0, 100)
+    # the system prompt alone leaves under MIN_PROMPT: the conversation keeps its last half of the
+    # room (290 // 2 = 145), the system prompt its first 145 tokens
+    p, _, cut, head = S.fit(prompt, completion, keep=280, limit=300)
+    assert head == 145 and p == prompt[:145] + prompt[-145:] and cut == 710
+    # a short conversation after a long system prompt keeps at least MIN_PROMPT tokens of it
+    p, _, _, head = S.fit(prompt, completion, keep=990, limit=300)
+    assert head == 290 - S.MIN_PROMPT and p == prompt[:head] + prompt[-S.MIN_PROMPT:]
+    p, c, _, _ = S.fit(prompt, list(range(400)), keep=0, limit=300)  # a completion too long loses its end
     assert len(c) == 300 - S.MIN_PROMPT and p == prompt[-S.MIN_PROMPT:]
+
+
+def test_sampling_temperature_is_the_recorded_one():
+    from clawd.serve.protocol import DEFAULT_TEMPERATURE
+
+    assert S.sampling_temperature({"temperature": 0.6}) == 0.6
+    assert S.sampling_temperature({}) == S.sampling_temperature({"temperature": None}) == DEFAULT_TEMPERATURE == 0.8
+    assert S.sampling_temperature({"temperature": 0}) == 1.0  # greedy: scored at the model's own distribution
 
 
 def test_build_truncates_student_and_teacher_alike(template, engine_encode):
@@ -89,8 +104,50 @@ def test_build_truncates_student_and_teacher_alike(template, engine_encode):
     assert s.teacher_prompt_ids[: len(system)] == system
     teacher_tail = engine_encode.llm.detokenize(s.teacher_prompt_ids[-20:], special=True).decode()
     assert "[user's hint]\nSay why.<|im_end|>\n<|im_start|>assistant\n" in teacher_tail
+    assert not s.hint_cut and s.system_cut == 0
     short = S.build(turn, -1.0, None, template, engine_encode, limit=8192)
     assert short.prompt_ids == prompt and short.completion_ids == completion and short.teacher_ids is None
+
+
+def long_turn(template, engine_encode, system: str, after_user: str) -> Turn:
+    """A turn whose last user message is followed by a long tool result (an agent's loop)."""
+    req = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "Read the log. " * 20},
+                        {"role": "assistant", "content": "Reading it. " * 20}, {"role": "user", "content": "Now fix it."},
+                        {"role": "assistant", "content": "", "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+                        {"role": "tool", "tool_call_id": "c1", "content": after_user}],
+           "tools": [], "tool_choice": "none", "temperature": 0.7}
+    completion = engine_encode.llm.tokenize(b"Fixed.", add_bos=False, special=False)
+    return Turn(session_id=1, index=0, kind="main", completion_id="c", request=req,
+                prompt_ids=engine_encode(S.render(template, req)), completion_ids=completion,
+                logprobs=[-0.5] * len(completion), id=9, adapter_version=3)
+
+
+def test_a_hint_cut_away_is_not_opd(template, engine_encode, caplog):
+    """The hint sits in the last user message; 600 tokens of tool output after it push it past a
+    300-token cut. The teacher prompt would then be the student's: not OPD, the reward alone."""
+    turn = long_turn(template, engine_encode, "Be brief.", "line of log output " * 150)
+    with caplog.at_level(logging.INFO, logger="clawd.train"):
+        s = S.build(turn, 1.0, "Say which line broke.", template, engine_encode, limit=300)
+    assert s.hint_cut and s.hint is None and s.teacher_ids is None and s.reward == 1.0
+    assert "hint did not survive" in caplog.text
+    # with room for it, the same hint survives the cut of the history before it
+    kept = S.build(turn, 1.0, "Say which line broke.", template, engine_encode, limit=len(turn.prompt_ids) - 10)
+    assert not kept.hint_cut and kept.hint is not None and kept.cut > 0 and len(kept.teacher_ids) == len(kept.ids)
+    assert "Say which line broke." in engine_encode.llm.detokenize(kept.teacher_prompt_ids, special=True).decode()
+    # what the engine sampled at and recorded travels with the sample
+    assert s.temperature == 0.7 and s.adapter_version == 3 and s.rollout_logprobs == [-0.5] * len(s.completion_ids)
+
+
+def test_a_system_prompt_too_long_is_cut_in_the_middle_and_said(template, engine_encode, caplog):
+    turn = long_turn(template, engine_encode, "You are a careful agent. " * 80, "ok")
+    system = engine_encode(template.render(S.normalize(turn.request["messages"])[:1], add_generation_prompt=False))
+    assert len(system) > 300
+    with caplog.at_level(logging.INFO, logger="clawd.train"):
+        s = S.build(turn, 1.0, None, template, engine_encode, limit=300)
+    assert 0 < s.system_cut < len(system) and s.prompt_ids[: len(system) - s.system_cut] == system[: len(system) - s.system_cut]
+    assert s.prompt_ids[-10:] == turn.prompt_ids[-10:] and len(s.ids) == 300
+    assert "system prompt" in caplog.text and "Raise max_train_tokens" in caplog.text
 
 
 def test_reward_feedback_first_then_judge(tmp_path):

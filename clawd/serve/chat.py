@@ -95,7 +95,7 @@ class ChatService:
         if len(prompt) >= self.engine.n_ctx:
             raise protocol.context_error(self.engine.n_ctx, len(prompt), max_tokens)
         sampling = Sampling(
-            temperature=0.8 if req.temperature is None else req.temperature,
+            temperature=protocol.DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed, max_tokens=max_tokens,
             grammar=tools.forced_call_grammar(use_tools, named) if forced else None,

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..chat_template import normalize
 
 MAX_TOKENS_LIMIT = 1_000_000
+# Sampling temperature of a request that sets none. The trainer scores a recorded turn at the
+# temperature it was sampled at, so both read this one definition.
+DEFAULT_TEMPERATURE = 0.8
 
 
 class ApiError(Exception):

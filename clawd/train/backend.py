@@ -29,6 +29,16 @@ from ..config import Settings
 log = logging.getLogger("clawd.train")
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# max_train_tokens = 0 means: 8192 on a CPU (a micro-step of 8k tokens already takes minutes on
+# 2 cores), 16384 on CUDA (OpenClaw's prompt is ~12k tokens with its tools, plus the answer).
+TRAIN_TOKENS_CPU, TRAIN_TOKENS_CUDA = 8192, 16384
+
+
+def train_tokens(setting: int, cuda: bool) -> int:
+    """The longest training sequence: `max_train_tokens`, or by device when it is 0."""
+    if 0 < setting < 128:
+        raise ValueError(f"max_train_tokens={setting} leaves no room for a prompt: set 0 (by device) or at least 128")
+    return setting or (TRAIN_TOKENS_CUDA if cuda else TRAIN_TOKENS_CPU)
 
 
 def sha256_file(path: Path) -> str:
@@ -101,17 +111,26 @@ class Backend:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     # -- scoring -----------------------------------------------------------------------------
-    def logprobs(self, ids: list[int], n_prompt: int, adapter: bool = True) -> torch.Tensor:
-        """log π(ids[t] | ids[:t]) for the completion positions t ≥ n_prompt, at temperature 1.
+    def logprobs(self, ids: list[int], n_prompt: int, adapter: bool = True, temperature: float = 1.0) -> torch.Tensor:
+        """log softmax(z / T)[ids[t]] for the completion positions t ≥ n_prompt, z the logits given ids[:t].
         Shape (C,), C = len(ids) - n_prompt; carries gradient when grad is enabled."""
+        return self.logprobs_at(ids, n_prompt, (temperature,), adapter)[0]
+
+    def logprobs_at(self, ids: list[int], n_prompt: int, temperatures: tuple[float, ...],
+                    adapter: bool = True) -> torch.Tensor:
+        """`logprobs` at several temperatures from one forward pass. Shape (K, C), K = len(temperatures)."""
         x = torch.tensor([ids], device=self.device)  # (1, T)
         n = len(ids) - n_prompt
         with (nullcontext() if adapter else self.model.disable_adapter()):
             logits = self._logits(x, n + 1)[0, :-1].float()  # (C, V): position t predicts token t+1
         if logits.shape[0] != n:  # e.g. a fused-loss forward that returns no logits
             raise RuntimeError(f"{self.name}: the model returned logits of shape {tuple(logits.shape)} for {n} tokens")
-        target = x[0, n_prompt:]  # (C,)
-        return logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+        target = x[0, n_prompt:, None]  # (C, 1)
+        out = []
+        for t in temperatures:
+            z = logits if t == 1 else logits / t  # (C, V)
+            out.append(z.gather(-1, target).squeeze(-1) - torch.logsumexp(z, -1))  # (C,)
+        return torch.stack(out)  # (K, C)
 
     def _logits(self, x: torch.Tensor, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions, (1, keep, V): never the whole (T, V) matrix."""
@@ -200,7 +219,7 @@ class UnslothBackend(Backend):
         from unsloth import FastLanguageModel
         from transformers import AutoTokenizer
 
-        model, _ = FastLanguageModel.from_pretrained(model_name=str(base_dir), max_seq_length=settings.max_train_tokens,
+        model, _ = FastLanguageModel.from_pretrained(model_name=str(base_dir), max_seq_length=train_tokens(settings.max_train_tokens, True),
                                                      dtype=None, load_in_4bit=True)
         model = FastLanguageModel.get_peft_model(
             model, r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0, bias="none",

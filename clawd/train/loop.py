@@ -3,7 +3,9 @@
   1. select judged main turns that no finished run has used (or resume the staged round)
   2. build samples: recorded ids, reward, hinted teacher prompt
   3. load the model, check its tokenizer, start from the current adapter
-  4. score: log π_old (adapter on) and log π_teacher (adapter off, hint in the prompt), once
+  4. score, once, at each turn's sampling temperature: log π_old (adapter on), log π_teacher
+     (adapter off, hint in the prompt), log π_base (adapter off) for the KL term, and the
+     truncated importance weight of each token against the logprobs the engine recorded
   5. optimizer steps over minibatches, one sample per micro-step; a checkpoint after every step
      in adapters/.staging/, so a kill loses at most one step and the next round resumes
   6. write adapters/NNNN/ (peft adapter + meta.json) atomically, then the database rows
@@ -32,8 +34,8 @@ import torch
 
 from ..config import Settings, ensure_home
 from ..store import Store
-from .backend import Backend, is_oom, load_backend, sha256_file
-from .loss import policy_loss
+from .backend import Backend, is_oom, load_backend, sha256_file, train_tokens
+from .loss import kl_k3, policy_loss, tis_weight
 from .runner import STAGED_STATE, STAGING
 from .samples import (WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns,
                       signal)
@@ -41,7 +43,7 @@ from .samples import (WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer
 log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
-         "max_train_tokens", "w_rl", "w_opd", "train_base")
+         "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[dict[str, Any]], None]
 
@@ -118,7 +120,8 @@ def _round(settings, store, db, adapters, backend, progress, control) -> RoundRe
               "parent": parent, "knobs": knobs, "step": 0, "losses": [], "version": None}
     else:
         log.info("resuming run %d at step %d", st["run_id"], st["step"])
-    k = st["knobs"]  # a resumed round keeps the settings it started with
+    # a resumed round keeps the settings it started with (those it predates: today's)
+    k = {n: getattr(settings, n) for n in KNOBS} | st["knobs"]
     run_id = st["run_id"]
     try:
         return _train(settings, store, db, adapters, staging, backend, progress, control, st, k)
@@ -129,7 +132,8 @@ def _round(settings, store, db, adapters, backend, progress, control) -> RoundRe
         if isinstance(e, TokenizerMismatch):
             e = TrainError(str(e))
         elif is_oom(e):
-            e = TrainError(f"out of memory in training run {run_id}: lower max_train_tokens (now {k['max_train_tokens']}; "
+            limit = train_tokens(k["max_train_tokens"], torch.cuda.is_available())
+            e = TrainError(f"out of memory in training run {run_id}: lower max_train_tokens (now {limit}; "
                            "a micro-step holds one sample of up to that many tokens, whatever train_batch is). "
                            "Nothing was written and serving is unaffected; the next round starts this one afresh.")
         _finish_run(db, run_id, "failed", error=str(e))
@@ -150,8 +154,10 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
     if any(t is None for t in turns):
         raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
     match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
-    samples = [build(t, *signal(store, t.id), template, backend.encode, k["max_train_tokens"]) for t in turns]
+    limit = train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
+    samples = [build(t, *signal(store, t.id), template, backend.encode, limit) for t in turns]
     w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k["train_method"]], (k["w_rl"], k["w_opd"])))
+    kl_coef = k["train_kl_coef"]
 
     if "old" in st and [len(o) for o in st["old"]] != [len(s.completion_ids) for s in samples]:
         raise TrainError("the staged round does not match its turns any more; it was discarded, run again")
@@ -164,12 +170,10 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
             raise TrainError(f"cannot continue from adapter {st['parent']}: {e}") from None
     else:
         backend.reset_lora()
-    if "old" not in st:
-        with torch.no_grad():  # π_old: the adapter at the start of the update; π_teacher: base weights + hint
-            st["old"] = [_scored(control, lambda: backend.logprobs(s.ids, len(s.prompt_ids))) for s in samples]
-            st["teacher"] = [_scored(control, lambda: backend.logprobs(s.teacher_ids, len(s.teacher_prompt_ids),
-                                                                        adapter=False))
-                             if s.teacher_ids is not None and w_opd else o for s, o in zip(samples, st["old"])]
+    if "tis" not in st:  # a fresh round (or one staged before the importance weights were kept)
+        scores = [_score(backend, control, s, w_opd > 0, kl_coef > 0, k["train_tis_cap"]) for s in samples]
+        for key in ("old", "teacher", "base", "tis", "drift"):
+            st[key] = [sc[key] for sc in scores]
         st["plan"] = _plan(len(samples), k["train_minibatch"], k["train_epochs"], seed=st["run_id"])
         _save_staging(staging, st)  # from here a kill resumes without scoring again
     opt = torch.optim.AdamW(backend.lora, lr=k["lr"], weight_decay=0.0)
@@ -177,34 +181,43 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
         opt.load_state_dict(st["optim"])
     plan = st["plan"]
     progress({"event": "start", "run_id": st["run_id"], "samples": len(samples), "steps": len(plan), "step": st["step"],
-              "tokenizer": match, **backend.describe()})
+              "tokenizer": match, "max_train_tokens": limit, **backend.describe()})
 
     dev = backend.device
     micro: list[float] = []  # seconds per micro-step, this process's share of the round
     for step in range(st["step"], len(plan)):
-        total = 0.0
+        total, kl = 0.0, 0.0
         for i in plan[step]:
             control.checkpoint()
             t_micro = time.perf_counter()
             s = samples[i]
-            logp = backend.logprobs(s.ids, len(s.prompt_ids))[None]  # (1, C)
-            old, teacher = st["old"][i].to(dev)[None], st["teacher"][i].to(dev)[None]  # (1, C)
+            logp = backend.logprobs(s.ids, len(s.prompt_ids), temperature=s.temperature)[None]  # (1, C)
+            old, teacher, tis = (st[key][i].to(dev)[None] for key in ("old", "teacher", "tis"))  # (1, C)
+            base = st["base"][i].to(dev)[None] if kl_coef else None  # (1, C)
             loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
-                               w_rl, w_opd) / len(plan[step])
+                               w_rl, w_opd, tis, base, kl_coef) / len(plan[step])
             loss.backward()
             total += float(loss.detach())
+            if base is not None:
+                kl += float(kl_k3(logp.detach(), base).mean()) / len(plan[step])
             micro.append(time.perf_counter() - t_micro)  # what a request arriving now may wait for (issue 6)
         torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
         opt.step()
         opt.zero_grad(set_to_none=True)
         st["step"], st["losses"] = step + 1, st["losses"] + [total]
+        st["kl"] = st.get("kl", []) + [kl]  # mean k3 to the base on this step's samples, before its update
         st["lora"], st["optim"] = backend.lora_state(), opt.state_dict()
         _save_staging(staging, st)
         progress({"event": "step", "step": step + 1, "steps": len(plan), "loss": total,
                   "micro_step_s": round(max(micro[-len(plan[step]):]), 3)})
 
     seconds = time.perf_counter() - t0
-    metrics = _metrics(samples, st, w_opd, seconds, backend)
+    metrics = _metrics(samples, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit}
+    if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
+        log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "
+                 "importance weights mean %.3f, %.1f%% capped at %g", st["run_id"], metrics["rollout_drift"],
+                 metrics["stale_turns"], len(samples), metrics["tis_weight_mean"], 100 * metrics["tis_clipped"],
+                 k["train_tis_cap"])
     if micro:
         metrics["micro_step_s"] = {"mean": round(sum(micro) / len(micro), 3), "max": round(max(micro), 3)}
     version, path = _write_adapter(adapters, staging, db, backend, st, k, metrics, model_path, sha)
@@ -217,9 +230,39 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
 
 
 def _scored(control: Control, score: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """One scoring forward pass, paused like a micro-step: a round's scoring is 2 passes per turn."""
+    """One scoring forward pass, paused like a micro-step: a round's scoring is up to 3 passes per turn."""
     control.checkpoint()
     return score().cpu()
+
+
+@torch.no_grad()
+def _score(backend: Backend, control: Control, s: Sample, teacher: bool, base: bool, cap: float) -> dict[str, Any]:
+    """What the update holds fixed for one sample, each (C,) at the turn's temperature T:
+
+    - old: log π_old, the adapter at the start of the update;
+    - teacher: the base weights with the hint in the prompt (= old without a hint, or for rl);
+    - base: the base weights on the served prompt, for the KL term (None when it is off);
+    - tis: min(π_old / π_served, cap) per token. The engine records each token's logprob at T = 1
+      (engine.py, Step.logprob), whatever T it sampled at, so the ratio is taken at T = 1 from
+      the same forward pass: exact for T = 1, a proxy for the tempered ratio otherwise. A turn
+      without its recorded logprobs gets weight 1.
+    - drift: (Σ|log π_old − recorded logprob| at T = 1, tokens, tokens whose weight hit the cap):
+      near 0 for a turn this adapter served; large for stale turns, or when trainer and engine
+      disagree on the tokens (an off-by-one, a tokenizer or a base model that drifted).
+    """
+    n = len(s.prompt_ids)
+    old, old_t1 = _scored(control, lambda: backend.logprobs_at(s.ids, n, (s.temperature, 1.0)))  # (C,), (C,)
+    out = {"old": old, "teacher": old, "base": None, "tis": torch.ones_like(old), "drift": None}
+    if teacher and s.teacher_ids is not None:
+        out["teacher"] = _scored(control, lambda: backend.logprobs(s.teacher_ids, len(s.teacher_prompt_ids),
+                                                                   adapter=False, temperature=s.temperature))
+    if base:
+        out["base"] = _scored(control, lambda: backend.logprobs(s.ids, n, adapter=False, temperature=s.temperature))
+    if s.rollout_logprobs is not None:
+        rollout = torch.tensor(s.rollout_logprobs, dtype=old.dtype)  # (C,)
+        out["tis"] = tis_weight(old_t1, rollout, cap)
+        out["drift"] = (float((old_t1 - rollout).abs().sum()), len(rollout), int((out["tis"] >= cap).sum()))
+    return out
 
 
 def _plan(n: int, minibatch: int, epochs: int, seed: int) -> list[list[int]]:
@@ -232,10 +275,20 @@ def _plan(n: int, minibatch: int, epochs: int, seed: int) -> list[list[int]]:
     return plan
 
 
-def _metrics(samples: list[Sample], st: dict, w_opd: float, seconds: float, backend: Backend) -> dict[str, Any]:
+def _metrics(samples: list[Sample], st: dict, w_opd: float, kl_coef: float, seconds: float,
+             backend: Backend) -> dict[str, Any]:
     opd = [float((t - o).mean()) for s, t, o in zip(samples, st["teacher"], st["old"]) if s.teacher_ids is not None and w_opd]
     tokens = sum(len(samples[i].ids) for batch in st["plan"] for i in batch)
+    drift = [d for d in st["drift"] if d is not None]
+    n = sum(d[1] for d in drift)
+    weights = sum(float(w.sum()) for w, d in zip(st["tis"], st["drift"]) if d is not None)
     return {"samples": len(samples), "rewards": [s.reward for s in samples],
+            "temperatures": [s.temperature for s in samples],
+            "stale_turns": sum(s.adapter_version != st["parent"] for s in samples),
+            "rollout_drift": sum(d[0] for d in drift) / n if n else None,
+            "tis_weight_mean": weights / n if n else None, "tis_clipped": sum(d[2] for d in drift) / n if n else None,
+            "hints_cut": sum(s.hint_cut for s in samples), "system_prompt_cut": sum(s.system_cut > 0 for s in samples),
+            "kl_to_base": st.get("kl") if kl_coef else None,
             "mean_reward": sum(s.reward for s in samples) / len(samples), "opd_samples": len(opd),
             "mean_opd_advantage": sum(opd) / len(opd) if opd else None, "losses": st["losses"], "steps": len(st["plan"]),
             "tokens_trained": tokens, "cut_tokens": sum(s.cut for s in samples), "seconds": round(seconds, 2),

@@ -5,6 +5,9 @@ A sample is what the engine served, token for token: the recorded prompt ids and
 for OPD, the teacher prompt: the same request with the judge's hint appended to the last user
 message, rendered with the engine's own template code (`clawd.chat_template`) and tokenized by
 the training tokenizer, followed by the same completion ids.
+
+It also carries what scoring needs to be faithful to how the turn was sampled: its temperature,
+the engine's own logprob of each completion token, and the adapter that served it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from ..chat_template import ChatTemplate, TemplateError, control_pieces, normalize
 from ..records import Turn
+from ..serve.protocol import DEFAULT_TEMPERATURE
 from ..store import Store
 
 log = logging.getLogger("clawd.train")
@@ -43,6 +47,11 @@ class Sample:
     hint: str | None = None
     teacher_prompt_ids: list[int] | None = None  # hinted prompt; None without a hint
     cut: int = 0  # prompt tokens dropped
+    system_cut: int = 0  # of them, system prompt tokens (0 unless the system prompt alone did not fit)
+    hint_cut: bool = False  # the hint did not survive the teacher prompt's cut: trained without OPD
+    temperature: float = 1.0  # what every logprob of this sample is taken at (see sampling_temperature)
+    rollout_logprobs: list[float] | None = None  # the engine's, per completion id, at temperature 1; None if absent
+    adapter_version: int | None = None  # what served the turn (None: the base weights)
 
     @property
     def ids(self) -> list[int]:
@@ -125,17 +134,32 @@ def system_prefix(template: ChatTemplate, request: dict[str, Any], encode: Encod
     return len(head) if ids[: len(head)] == head else 0
 
 
-def fit(prompt: list[int], completion: list[int], keep: int, limit: int) -> tuple[list[int], list[int], int]:
-    """Cut (prompt, completion) to `limit` tokens: the completion loses its end only if it alone
-    leaves under MIN_PROMPT prompt tokens; the prompt loses history from the left, after its first
-    `keep` tokens (the system prompt) when they leave room. Returns (prompt, completion, cut)."""
+def sampling_temperature(request: dict[str, Any]) -> float:
+    """The temperature a recorded turn is scored at: the one it was sampled at (the serving
+    default when the request set none). A greedy turn (T = 0) is scored at T = 1: argmax decoding
+    has no distribution to match (every logprob would be 0 or −inf), and T = 1 is the model's own
+    distribution, the one the engine records logprobs at. top_p is not modelled: OpenClaw sends none."""
+    t = request.get("temperature")
+    t = DEFAULT_TEMPERATURE if t is None else float(t)
+    return t if t > 0 else 1.0
+
+
+def fit(prompt: list[int], completion: list[int], keep: int, limit: int) -> tuple[list[int], list[int], int, int]:
+    """Cut (prompt, completion) to `limit` tokens. The completion loses its end only if it alone
+    leaves under MIN_PROMPT prompt tokens. The prompt loses history from the left, after its first
+    `keep` tokens (the system prompt). When the system prompt alone leaves under MIN_PROMPT for the
+    conversation, the cut moves into it: the conversation keeps its last tokens (at least
+    MIN_PROMPT, at most half the room) and the system prompt its head, so training still sees both
+    the instructions' start and the question. Returns (prompt, completion, cut, head), head = the
+    system prompt tokens kept (under `keep` when it was cut)."""
     completion = completion[: max(1, limit - MIN_PROMPT)]
     room = limit - len(completion)
     if len(prompt) <= room:
-        return prompt, completion, 0
-    if keep > room - MIN_PROMPT:  # the system prompt alone does not fit: plain left truncation
-        keep = 0
-    return prompt[:keep] + prompt[len(prompt) - (room - keep):], completion, len(prompt) - room
+        return prompt, completion, 0, keep
+    head = keep
+    if keep > room - MIN_PROMPT:
+        head = room - max(MIN_PROMPT, min(len(prompt) - keep, room // 2))
+    return prompt[:head] + prompt[len(prompt) - (room - head):], completion, len(prompt) - room, head
 
 
 def signal(store: Store, turn_id: int) -> tuple[float, str | None]:
@@ -148,18 +172,37 @@ def signal(store: Store, turn_id: int) -> tuple[float, str | None]:
 
 def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, encode: Encode, limit: int) -> Sample:
     keep = system_prefix(template, turn.request, encode, turn.prompt_ids)
-    prompt, completion, cut = fit(turn.prompt_ids, turn.completion_ids, keep, limit)
-    teacher = None
+    prompt, completion, cut, head = fit(turn.prompt_ids, turn.completion_ids, keep, limit)
+    if head < keep:
+        log.warning("turn %d: its system prompt (%d tokens) and the completion (%d) leave no room for the conversation "
+                    "within max_train_tokens=%d: training sees the system prompt's first %d tokens and the "
+                    "conversation's last %d, not what was served. Raise max_train_tokens to keep it whole.",
+                    turn.id, keep, len(completion), limit, head, len(prompt) - head)
+    elif cut:
+        log.info("turn %d: %d history tokens cut to fit max_train_tokens=%d", turn.id, cut, limit)
+    teacher, hint_cut = None, False
     if hint is not None:
         try:
             full = encode(render(template, turn.request, hint))
-            teacher, _, _ = fit(full, turn.completion_ids, system_prefix(template, turn.request, encode, full), limit)
         except TemplateError as e:
             log.warning("turn %d: the template refused the hinted prompt (%s); its hint is not used", turn.id, e)
             hint = None
-    if cut:
-        log.info("turn %d: %d history tokens cut to fit max_train_tokens=%d", turn.id, cut, limit)
-    return Sample(turn.id, prompt, completion, reward, hint, teacher, cut)
+        else:
+            teacher, _, t_cut, t_head = fit(full, completion, system_prefix(template, turn.request, encode, full), limit)
+            # The hinted prompt is the served one plus the hint's tokens, followed by what came after
+            # the last user message (their common suffix): the hint survives only if the kept tail
+            # full[-(len(teacher) - t_head):] is at least that long. Counted from the end, so a template
+            # that writes the date near the start does not shift it.
+            after = next((i for i, (a, b) in enumerate(zip(reversed(full), reversed(turn.prompt_ids))) if a != b),
+                         min(len(full), len(turn.prompt_ids)))
+            needed = len(full) - len(turn.prompt_ids) + after
+            if t_cut and len(teacher) - t_head < needed:
+                log.info("turn %d: its hint did not survive the cut to max_train_tokens=%d (it and what follows "
+                         "take %d tokens); trained on its reward alone, not as OPD", turn.id, limit, needed)
+                teacher, hint, hint_cut = None, None, True
+    rollout = turn.logprobs[: len(completion)] if len(turn.logprobs) == len(turn.completion_ids) else None
+    return Sample(turn.id, prompt, completion, reward, hint, teacher, cut, keep - head, hint_cut,
+                  sampling_temperature(turn.request), rollout, turn.adapter_version)
 
 
 def ready_turns(store: Store, method: str, limit: int) -> list[int]:
