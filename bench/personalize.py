@@ -2,22 +2,32 @@
 show whether what the daemon learned from them carries over.
 
     python bench/personalize.py                                   # every scenario and method, bundled SmolLM2
-    clawd bench personalize --scenarios brevity --methods base,combined --turns 8
+    clawd bench personalize --scenarios brevity --methods combined --turns 16 --seeds 0,1
     python bench/personalize.py --model "$(bash scripts/qwen-model.sh)" --threads 1 \\
-        --scenarios brevity,no_lists --methods base,combined --turns 16 --batch 8
+        --scenarios brevity,no_lists --methods rl,opd,combined
+    python bench/personalize.py --rescore bench/out/personalize-no_lists.json   # re-grade a recorded run
 
-For each scenario and each training method, a fresh daemon (its own temp home and port) is started
-with that method and a small training batch. The simulated user asks a question, checks the answer
-against its hidden rule and replies like a person: a complaint that names what it wants ("too long
-— keep it to two sentences"), then one more try, or thanks. No label reaches the daemon; it judges
-each answer from that reply, trains when `--batch` turns are ready, gates and hot-swaps the adapter.
-After each round the bench scores the live weights on held-out prompts never used in conversation
-(greedy decoding, checker pass rate) and on a general probe set (short questions with one right
-answer). `base` is the untrained model: greedy scoring of the same weights is deterministic, so it
-is scored once per scenario and is also every method's point at 0 feedback turns. At the end, the
-judge's verdicts are read from the daemon's database and compared with the simulator's truth.
+For each scenario, method and seed, a fresh daemon (its own temp home and port) is started with
+that method and otherwise the daemon's own defaults: the bench measures what a user gets, so it does
+not turn the learning rate, batch or training length up to learn faster (pass `--daemon-args` to
+try other values; they are recorded with the results). The simulated user asks a question and
+first checks that the reply answers it at all: a repeated question, an empty reply or an off-topic
+one gets "You just repeated my question." or "That doesn't answer it.". Then it checks the hidden
+rule and replies like a person: a complaint that names what it wants ("too long — keep it to two
+sentences"), then one more try, or thanks. No label reaches the daemon; it judges each answer from
+that reply, trains when a round's worth of turns is ready, gates and hot-swaps the adapter.
 
-Results: bench/out/personalize.json, and bench/out/personalize.png (adherence against feedback turns).
+After each published adapter the bench scores the live weights (greedy) on held-out prompts never
+used in conversation: adherence is the share that answer, with the known content, as the user
+wants; the degenerate share (no answer at all: echo, empty, off-topic) is reported beside it at
+every point, and no adherence figure should be quoted without it. It also scores the bench's 48
+probes (personalize_probes.py, graded by answer) and reports their change against the base. The
+base (untrained) weights are scored once per scenario: greedy scoring is deterministic, so that is
+every curve's point at 0 feedback turns. At the end, the judge's verdicts are read from the daemon's
+database and compared with the simulator's truth.
+
+Results: bench/out/personalize.json (every answer) and .png; bench/results/personalize-SCENARIO-
+METHOD-seedN.json, one summary per run, to commit.
 """
 
 from __future__ import annotations
@@ -38,24 +48,15 @@ from typing import Any
 import httpx
 from common import free_port, start_server, stop
 from openai import OpenAI
-from personalize_scenarios import (
-    GIVE_UP,
-    PROBES,
-    SCENARIOS,
-    SYSTEM,
-    THANKS,
-    Scenario,
-    probe_right,
-)
+from personalize_probes import PROBES
+from personalize_scenarios import SCENARIOS, SYSTEM, THANKS, Scenario, grade_heldout, non_answer, probe_right, react
 
 ROOT = Path(__file__).resolve().parent.parent
-METHODS = ("base", "rl", "opd", "combined")
-# What makes a round happen within a bench run rather than after a day of use: start as soon as
-# the user pauses, one hint vote (OPD needs one; three cost 3x the judge time), short sequences.
-# The learning rate is 20x the daemon's default (the usual LoRA fine-tuning rate) because a bench
-# run makes a handful of optimizer steps, not thousands.
-LOOP_FLAGS = ["--idle-seconds", "1", "--tick-seconds", "0.5", "--judge-hint-votes", "1",
-              "--max-train-tokens", "512", "--train-minibatch", "2", "--lr", "2e-4"]
+RESULTS = ROOT / "bench" / "results"
+METHODS = ("rl", "opd", "combined")
+# When the scheduler looks, not how it learns: start as soon as the simulated user pauses instead of
+# after 30 s of quiet, or a run would spend most of its time waiting.
+LOOP_FLAGS = ["--idle-seconds", "1", "--tick-seconds", "0.5"]
 
 
 def main() -> None:
@@ -63,19 +64,30 @@ def main() -> None:
     p.add_argument("--model", help="GGUF to serve and train (default: the bundled SmolLM2-135M)")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
-    p.add_argument("--turns", type=int, default=16, help="feedback turns (answers the user reacted to) per method")
-    p.add_argument("--batch", type=int, default=8, help="judged turns per training round (the daemon's --train-batch)")
+    p.add_argument("--seeds", default="0", help="comma-separated: each seed is one run per scenario and method "
+                   "(its own prompt order and sampled answers)")
+    p.add_argument("--turns", type=int, default=32,
+                   help="feedback turns (answers the user reacted to) per run; the daemon trains every train_batch (16)")
     p.add_argument("--max-tokens", type=int, default=160, help="longest answer, in conversation and on held-out prompts")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="CPU threads for the daemon (llama.cpp and training)")
-    p.add_argument("--daemon-args", default="", help='more `clawd serve` flags, after the bench\'s own (e.g. "--lr 5e-5")')
+    p.add_argument("--daemon-args", default="", help='more `clawd serve` flags, e.g. "--train-batch 8"; recorded')
     p.add_argument("--round-timeout", type=float, default=3600, help="seconds to wait for a round to judge, train and publish")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    p.add_argument("--rescore", type=Path, nargs="+", metavar="JSON",
+                   help="re-grade the answers recorded in these personalize.json files with today's checkers; runs nothing")
     args = p.parse_args()
+    if args.rescore:
+        for path in args.rescore:
+            result = rescore(json.loads(path.read_text())) | {"rescored_from": str(path.resolve().relative_to(ROOT))}
+            print(f"\n{path} (re-graded)")
+            print_summary(result)
+            write_summaries(result)
+        return
     scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
     methods = args.methods.split(",")
     if unknown := set(methods) - set(METHODS):
         sys.exit(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    seeds = [int(x) for x in args.seeds.split(",")]
 
     t0 = time.time()
     result: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -83,17 +95,20 @@ def main() -> None:
     for sc in scenarios:
         runs: dict[str, Any] = {}
         result["scenarios"][sc.name] = {"preference": sc.preference, "heldout": len(sc.heldout),
-                                        "probes": len(PROBES), "methods": runs}
-        untrained = None  # the held-out and probe scores of the base weights, shared by every method
+                                        "probes": len(PROBES), "runs": runs}
+        base = None  # the held-out and probe scores of the untrained weights, shared by every run
         for method in methods:
-            print(f"\n== {sc.name} / {method}", flush=True)
-            runs[method] = run_method(sc, method, args, untrained)
-            untrained = runs[method]["curve"][0]["eval"]
-            _save(result, args.out, time.time() - t0)
+            for seed in seeds:
+                print(f"\n== {sc.name} / {method} / seed {seed}", flush=True)
+                run = runs[f"{method}/{seed}"] = run_method(sc, method, seed, args, base)
+                base = run["curve"][0]["eval"]
+                _save(result, args.out, time.time() - t0)
+                write_summaries(result, only=(sc.name, f"{method}/{seed}"))
     print_summary(result)
     _save(result, args.out, time.time() - t0)
     plot(result, args.out / "personalize.png")
-    print(f"\nwrote {args.out / 'personalize.json'} and {args.out / 'personalize.png'} ({(time.time() - t0) / 60:.0f} min)")
+    print(f"\nwrote {args.out / 'personalize.json'}, {args.out / 'personalize.png'} and summaries in {RESULTS} "
+          f"({(time.time() - t0) / 60:.0f} min)")
 
 
 def _save(result: dict, out: Path, seconds: float) -> None:
@@ -107,14 +122,13 @@ class Daemon:
     def __init__(self, method: str, args: argparse.Namespace, home: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        learn = ["--auto-learn", "false"] if method == "base" else \
-            ["--train-method", method, "--train-batch", str(args.batch), *LOOP_FLAGS]
-        cmd = [sys.executable, "-m", "clawd", "serve", "--home", str(home), "--port", str(self.port), *learn,
-               *(["--model", args.model] if args.model else []),
+        cmd = [sys.executable, "-m", "clawd", "serve", "--home", str(home), "--port", str(self.port),
+               "--train-method", method, *LOOP_FLAGS, *(["--model", args.model] if args.model else []),
                *(["--threads", str(args.threads)] if args.threads else []), *shlex.split(args.daemon_args)]
         # The daemon also reads $CLAWD_HOME/config.json and CLAWD_* variables: keep the user's out.
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWD_")} | {"CLAWD_HOME": str(home)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        self.settings = learning_settings(cmd[3:])
         self.proc = start_server(cmd, self.port, home / "daemon.out", env)
         self.client = OpenAI(base_url=self.url + "/v1", api_key="sk-local", timeout=900, max_retries=0)
 
@@ -128,20 +142,37 @@ class Daemon:
         return r.id, r.choices[0].message.content or ""
 
 
-def run_method(sc: Scenario, method: str, args: argparse.Namespace, untrained: dict | None) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-{sc.name}-{method}-"))
+def is_learning(name: str) -> bool:
+    """A setting that decides how a run learns (judge, trainer, gate), recorded with its results."""
+    return name.startswith(("judge_", "train_", "lora_", "w_", "gate_")) or name in ("lr", "max_train_tokens")
+
+
+def learning_settings(serve_argv: list[str]) -> dict[str, Any]:
+    """The daemon's learning settings for these `clawd serve` flags (with --home), parsed as the daemon
+    parses them, without the CLAWD_* variables the daemon is started without."""
+    from clawd.cli import build_parser
+    from clawd.config import Settings
+
+    given = {k: v for k, v in vars(build_parser().parse_args(["serve", *serve_argv])).items() if k in Settings.model_fields}
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("CLAWD_")}
+    try:
+        settings = Settings(**given).public()
+    finally:
+        os.environ.update(saved)
+    return {k: v for k, v in settings.items() if is_learning(k)}
+
+
+def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, base: dict | None) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-{sc.name}-{method}-{seed}-"))
     t0 = time.time()
     d = Daemon(method, args, home)
     try:
-        ev = untrained or evaluate(d, sc, args)
-        curve = [{"feedback_turns": 0, "adapter": None, "adherence": ev["adherence"],
-                  "probe_accuracy": ev["probe_accuracy"], "eval": ev}]
-        print(f"  0 feedback turns: held-out adherence {ev['adherence']:.2f}, probes {ev['probe_accuracy']:.2f}"
-              + (" (shared: the same untrained weights)" if untrained else ""), flush=True)
-        run: dict[str, Any] = {"curve": curve, "turns": [], "rounds": []}
-        if method != "base":
-            converse_and_learn(d, sc, args, run)
-            run["judge"] = judge_agreement(home / "clawd.db", run["turns"])
+        ev = base or evaluate(d, sc, args)
+        run: dict[str, Any] = {"method": method, "seed": seed, "settings": d.settings,
+                               "curve": [{"feedback_turns": 0, "adapter": None, "eval": ev}], "turns": [], "rounds": []}
+        print(f"  0 feedback turns (base{', shared' if base else ''}): {_point(run['curve'][0], ev)}", flush=True)
+        converse_and_learn(d, sc, seed, args, run)
+        run["judge"] = judge_agreement(home / "clawd.db", run["turns"])
     except BaseException:
         print(f"  failed; the daemon's home is kept: {home}", file=sys.stderr)
         raise
@@ -152,25 +183,26 @@ def run_method(sc: Scenario, method: str, args: argparse.Namespace, untrained: d
     return run
 
 
-def converse_and_learn(d: Daemon, sc: Scenario, args: argparse.Namespace, run: dict[str, Any]) -> None:
+def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namespace, run: dict[str, Any]) -> None:
     """Talk until a round's worth of turns has feedback, let the daemon judge, train and publish on
     its own, score what went live; until --turns feedback turns. Same prompts and seeds for every method."""
-    rng = random.Random(args.seed)
+    rng = random.Random(seed)
     prompts = list(sc.prompts)
     rng.shuffle(prompts)
     version = None
     asked = 0
-    need = args.batch  # feedback turns to give before the daemon could have a round's worth
+    need = d.status()["training"]["batch"]  # feedback turns to give before the daemon could have a round's worth
     while len(run["turns"]) < args.turns:
         t_talk, start = time.time(), len(run["turns"])
         while len(run["turns"]) - start < need and len(run["turns"]) < args.turns:
-            run["turns"] += converse(d, sc, prompts[asked % len(prompts)], args, seed=args.seed * 100_000 + asked * 10,
-                                     rng=random.Random(args.seed * 100_000 + asked))
+            run["turns"] += converse(d, sc, prompts[asked % len(prompts)], args, seed=seed * 100_000 + asked * 10,
+                                     rng=random.Random(seed * 100_000 + asked))
             asked += 1
         block = run["turns"][start:]
         talked = time.time() - t_talk
         print(f"  {len(run['turns'])} feedback turns: {sum(t['ok'] for t in block)}/{len(block)} answers met the "
-              f"preference ({talked:.0f}s of conversation); waiting for the daemon", flush=True)
+              f"preference, {sum(t['non_answer'] is not None for t in block)} were no answer "
+              f"({talked:.0f}s of conversation); waiting for the daemon", flush=True)
         since = time.time()
         st, waited = wait_for_round(d, since=since, timeout=args.round_timeout)
         rnd = {"feedback_turns": len(run["turns"]), "talk_s": round(talked, 1), "learn_s": round(waited, 1),
@@ -190,10 +222,9 @@ def converse_and_learn(d: Daemon, sc: Scenario, args: argparse.Namespace, run: d
         t_eval = time.time()
         ev = evaluate(d, sc, args)
         rnd["eval_s"] = round(time.time() - t_eval, 1)
-        run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": version, "adherence": ev["adherence"],
-                             "probe_accuracy": ev["probe_accuracy"], "eval": ev})
-        print(f"  adapter {version} live after {waited:.0f}s: held-out adherence {ev['adherence']:.2f}, "
-              f"probes {ev['probe_accuracy']:.2f}", flush=True)
+        run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": version, "eval": ev})
+        print(f"  adapter {version} live after {waited:.0f}s: {_point(run['curve'][-1], run['curve'][0]['eval'])}",
+              flush=True)
 
 
 def converse(d: Daemon, sc: Scenario, prompt: str, args: argparse.Namespace, seed: int,
@@ -204,9 +235,9 @@ def converse(d: Daemon, sc: Scenario, prompt: str, args: argparse.Namespace, see
     turns = []
     for attempt in range(2):
         cid, text = d.chat(messages, args.max_tokens, temperature=0.7, seed=seed + attempt)
-        ok = sc.check(text)
-        reaction = rng.choice(THANKS if ok else sc.complaints if attempt == 0 else GIVE_UP)
-        turns.append({"id": cid, "prompt": prompt, "attempt": attempt, "ok": ok, "text": text, "reaction": reaction})
+        ok, why, reaction = react(sc, prompt, text, attempt, rng.choice)
+        turns.append({"id": cid, "prompt": prompt, "attempt": attempt, "ok": ok, "non_answer": why, "text": text,
+                      "reaction": reaction})
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": reaction}]
         if ok:
             break
@@ -238,20 +269,43 @@ SIDE = {"X-Turn-Type": "side"}  # scoring requests are recorded as side turns: n
 
 
 def evaluate(d: Daemon, sc: Scenario, args: argparse.Namespace) -> dict[str, Any]:
-    """Held-out adherence and probe accuracy of the live weights, greedy, one answer per prompt."""
+    """The live weights' greedy answers to the held-out prompts and the probes, graded."""
     t0 = time.time()
-    held = []
-    for prompt in sc.heldout:
-        _, text = d.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
-                         args.max_tokens, temperature=0.0, seed=args.seed, headers=SIDE)
-        held.append({"prompt": prompt, "ok": sc.check(text), "text": text})
-    probes = []
-    for question, accepted in PROBES:
-        _, text = d.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
-                         48, temperature=0.0, seed=args.seed, headers=SIDE)
-        probes.append({"question": question, "ok": probe_right(text, accepted), "text": text})
-    return {"adherence": sum(h["ok"] for h in held) / len(held), "probe_accuracy": sum(p["ok"] for p in probes) / len(probes),
-            "seconds": round(time.time() - t0, 1), "heldout": held, "probes": probes}
+
+    def ask(question: str, max_tokens: int) -> str:
+        return d.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+                      max_tokens, temperature=0.0, seed=0, headers=SIDE)[1]
+
+    held = [{"prompt": q, "text": ask(q, args.max_tokens)} for q in sc.heldout]
+    probes = [{"question": q, "accepted": list(acc), "text": ask(q, 48)} for q, acc in PROBES]
+    return grade(sc, {"seconds": round(time.time() - t0, 1), "heldout": held, "probes": probes})
+
+
+def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:
+    """Grades recorded answers in place (also how --rescore re-grades an old run) and sums them up:
+    adherence, and beside it the share of held-out replies that were no answer at all (degenerate) and
+    of those that answered without the known content (wrong); probe accuracy and degenerate share."""
+    for h in ev["heldout"]:
+        h |= grade_heldout(sc, h["prompt"], h["text"])
+    for p in ev["probes"]:
+        # Runs recorded before the probes kept their accepted answers were graded by an older list,
+        # whose "144 divided by 12?" contains its own answer: their verdict stands, and a right
+        # answer is an answer.
+        if "accepted" in p:
+            p["ok"] = probe_right(p["question"], p["text"], tuple(p["accepted"]))
+        p["non_answer"] = None if p["ok"] else non_answer(p["question"], p["text"])
+    held, probes = ev["heldout"], ev["probes"]
+    return ev | {
+        "adherence": _share(held, lambda h: h["ok"]),
+        "degenerate": _share(held, lambda h: h["non_answer"] is not None),
+        "non_answers": {why: sum(h["non_answer"] == why for h in held) for why in ("echo", "empty", "off-topic")},
+        "wrong": _share(held, lambda h: h["non_answer"] is None and not h["known"]),
+        "probe_accuracy": _share(probes, lambda p: p["ok"]),
+        "probe_degenerate": _share(probes, lambda p: p["non_answer"] is not None)}
+
+
+def _share(items: list[dict], pred) -> float:
+    return sum(map(pred, items)) / len(items)
 
 
 def judge_agreement(db_path: Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -279,15 +333,85 @@ def judge_agreement(db_path: Path, turns: list[dict[str, Any]]) -> dict[str, Any
 
 
 # -- report -------------------------------------------------------------------------------------
+def _point(point: dict[str, Any], base: dict[str, Any]) -> str:
+    ev = point["eval"]
+    return (f"held-out adherence {ev['adherence']:.2f} (degenerate {ev['degenerate']:.2f}, wrong {ev['wrong']:.2f}), "
+            f"probes {ev['probe_accuracy']:.2f} ({ev['probe_accuracy'] - base['probe_accuracy']:+.2f} vs base, "
+            f"degenerate {ev['probe_degenerate']:.2f})")
+
+
+def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
+    """One run's numbers without its answers: what bench/results/ keeps."""
+    sc, run = result["scenarios"][scenario], result["scenarios"][scenario]["runs"][key]
+    base = run["curve"][0]["eval"]
+    turns = run["turns"]
+    return {
+        "scenario": scenario, "preference": sc["preference"], "method": run["method"], "seed": run["seed"],
+        "model": Path(result["config"]["model"]).name if result["config"]["model"] else "SmolLM2-135M (bundled)",
+        "settings": run.get("settings"), "loop_flags": result["loop_flags"], "daemon_args": result["config"]["daemon_args"],
+        "threads": result["config"]["threads"], "heldout_prompts": sc["heldout"], "probes": sc["probes"],
+        "curve": [{"feedback_turns": p["feedback_turns"], "adapter": p["adapter"],
+                   **{k: round(p["eval"][k], 3) for k in ("adherence", "degenerate", "wrong", "probe_accuracy")},
+                   "probe_delta": round(p["eval"]["probe_accuracy"] - base["probe_accuracy"], 3),
+                   "probe_degenerate": round(p["eval"]["probe_degenerate"], 3),
+                   "non_answers": p["eval"]["non_answers"]} for p in run["curve"]],
+        "conversation": {"answers": len(turns), "thanked": sum(t["reaction"] in THANKS for t in turns),
+                         "non_answers": sum(t["non_answer"] is not None for t in turns),
+                         # > 0 only in runs from before the simulated user checked for non-answers
+                         "non_answers_thanked": sum(t["non_answer"] is not None and t["reaction"] in THANKS for t in turns)},
+        "judge": run.get("judge"),
+        "rounds": [{"feedback_turns": r["feedback_turns"],
+                    "train": r["train"] and {k: r["train"].get(k) for k in ("samples", "steps", "mean_reward", "opd_samples")},
+                    "published": bool(r["publish"] and r["publish"].get("passed")),
+                    "rejected": r["publish"] and r["publish"].get("error")} for r in run["rounds"]],
+        "seconds": run["seconds"],
+        # a run recorded before today's checkers, its answers re-graded by --rescore
+        **({"rescored_from": result["rescored_from"]} if "rescored_from" in result else {}),
+    }
+
+
+def write_summaries(result: dict[str, Any], only: tuple[str, str] | None = None) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for scenario, sc in result["scenarios"].items():
+        for key in sc["runs"]:
+            if only in (None, (scenario, key)):
+                method, seed = key.split("/")
+                path = RESULTS / f"personalize-{scenario}-{method}-seed{seed}.json"
+                path.write_text(json.dumps(summary(result, scenario, key), indent=1, ensure_ascii=False) + "\n")
+                print(f"wrote {path.relative_to(ROOT)}")
+
+
+def rescore(result: dict[str, Any]) -> dict[str, Any]:
+    """A recorded result, every answer re-graded with today's checkers. Results from before --seeds
+    keep their runs under "methods" (one seed, config "seed", the base a run of its own): they are
+    moved to "runs", and the base, which is every run's first point anyway, is dropped."""
+    for name, sc in result["scenarios"].items():
+        scenario = SCENARIOS[name]
+        if "runs" not in sc:
+            seed = result["config"]["seed"]
+            sc["runs"] = {f"{m}/{seed}": run | {"method": m, "seed": seed}
+                          for m, run in sc.pop("methods").items() if m != "base"}
+        sc["probes"] = len(sc["runs"] and next(iter(sc["runs"].values()))["curve"][0]["eval"]["probes"])
+        for run in sc["runs"].values():
+            for point in run["curve"]:
+                point["eval"] = grade(scenario, point["eval"])
+            for t in run["turns"]:
+                t["non_answer"] = non_answer(t["prompt"], t["text"])
+    return result
+
+
 def print_summary(result: dict[str, Any]) -> None:
-    print("\nheld-out adherence against feedback turns (probe accuracy in brackets)")
+    print("\nheld-out adherence against feedback turns: adherence [degenerate share] (probe accuracy, change vs base)")
     for name, sc in result["scenarios"].items():
         print(f"\n{name}: {sc['preference']} ({sc['heldout']} held-out prompts, {sc['probes']} probes)")
-        for method, run in sc["methods"].items():
-            curve = "  ".join(f"{p['feedback_turns']}:{p['adherence']:.2f}[{p['probe_accuracy']:.2f}]" for p in run["curve"])
-            first, last = run["curve"][0], run["curve"][-1]
-            line = f"  {method:<9}{curve}   gain {last['adherence'] - first['adherence']:+.2f}, " \
-                   f"probes {last['probe_accuracy'] - first['probe_accuracy']:+.2f}"
+        for key, run in sc["runs"].items():
+            base = run["curve"][0]["eval"]
+            curve = "  ".join(f"{p['feedback_turns']}: {p['eval']['adherence']:.2f} [{p['eval']['degenerate']:.2f}] "
+                              f"({p['eval']['probe_accuracy']:.2f}, {p['eval']['probe_accuracy'] - base['probe_accuracy']:+.2f})"
+                              for p in run["curve"])
+            line = f"  {key:<12}{curve}"
+            turns = run["turns"]
+            line += f"; conversation: {sum(t['non_answer'] is not None for t in turns)} of {len(turns)} answers were no answer"
             if run.get("judge"):
                 j = run["judge"]
                 line += f"; judge agrees with the user on {_pct(j['agreement'])} of {j['judged']} turns" \
@@ -308,22 +432,20 @@ def plot(result: dict[str, Any], path: Path) -> None:
     names = list(result["scenarios"])
     fig, axes = plt.subplots(1, len(names), figsize=(max(6.0, 4.2 * len(names)), 3.8), squeeze=False)
     for ax, name in zip(axes[0], names):
-        runs = result["scenarios"][name]["methods"]
+        runs = result["scenarios"][name]["runs"]
         turns = max([int(result["config"]["turns"])] + [p["feedback_turns"] for r in runs.values() for p in r["curve"]])
-        for method, run in runs.items():
+        for key, run in runs.items():
             xs = [p["feedback_turns"] for p in run["curve"]]
-            ys = [p["adherence"] for p in run["curve"]]
-            if method == "base":  # untrained: the same score at any number of turns
-                ax.plot([0, turns], ys * 2, "--", color="gray", label="base")
-                continue
-            line, = ax.plot(xs, ys, "o-", label=method)
-            ax.plot(xs, [p["probe_accuracy"] for p in run["curve"]], ":", marker="x", color=line.get_color(),
-                    label=f"{method}: probes")
+            line, = ax.plot(xs, [p["eval"]["adherence"] for p in run["curve"]], "o-", label=key)
+            ax.plot(xs, [p["eval"]["degenerate"] for p in run["curve"]], "--", marker="s", color=line.get_color(),
+                    label=f"{key}: degenerate")
+            ax.plot(xs, [p["eval"]["probe_accuracy"] for p in run["curve"]], ":", marker="x", color=line.get_color(),
+                    label=f"{key}: probes")
         ax.set_title(f"{name}: {result['scenarios'][name]['preference']}", fontsize=9)
         ax.set_xlabel("feedback turns")
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlim(-0.5, turns + 0.5)
-    axes[0][0].set_ylabel("held-out adherence (probe accuracy dotted)")
+    axes[0][0].set_ylabel("held-out adherence (degenerate dashed, probes dotted)")
     axes[0][-1].legend(fontsize=8)
     model = Path(result["config"]["model"]).name if result["config"]["model"] else "SmolLM2-135M (bundled)"
     fig.suptitle(f"clawd personalize — {model}", fontsize=10)
