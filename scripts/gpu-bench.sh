@@ -49,5 +49,6 @@ import unsloth  # noqa: F401  (fails here, not in the middle of a round, if it c
 print(f"GPU: {torch.cuda.get_device_name(0)}; llama.cpp offloads; Unsloth {unsloth.__version__}")
 EOF
 
-exec "$PY" bench/personalize.py --model "$MODEL" --scenarios brevity --methods base,rl,opd,combined \
-  --turns 24 --batch 8 --out bench/out/gpu "$@"
+# 32 feedback turns: two rounds at the daemon's own train_batch (16); the base is every curve's first point.
+exec "$PY" bench/personalize.py --model "$MODEL" --scenarios brevity --methods rl,opd,combined \
+  --turns 32 --out bench/out/gpu "$@"
