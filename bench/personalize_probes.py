@@ -7,9 +7,10 @@ These are the BENCH's probes. The publish gate (clawd/publish/) has its own, and
 stay disjoint: a gate tuned on the questions the bench grades by would make the bench's probe
 delta meaningless. Add a probe here only if it asks about a fact or a number the gate does not.
 
-No question contains its own answer: an echo of the question must not pass (see non_answer in
-personalize_scenarios.py, which every probe answer goes through first). Accepted answers are matched
-as whole words, lower-case.
+No question contains its own answer, not even as another form of a word ("walk" for "walked"):
+non_answer in personalize_scenarios.py, which every probe answer goes through first, would call the
+right answer an echo. Accepted answers are matched as whole words, lower-case. The untrained
+Qwen2.5-Coder-0.5B-Instruct answered 35 of 48 right, greedy, on a first check.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ INSTRUCTIONS = [
     ("Which color do you get by mixing blue and yellow paint?", ("green",)),
     ("Which farm animal gives us wool?", ("sheep",)),
     ("How many minutes are in 2 hours?" + JUST_THE_NUMBER, ("120",)),
-    ("Rewrite this sentence in the past tense: 'I walk to school.'", ("walked",)),
-    ("Give a synonym of 'big' that starts with the letter L.", ("large",)),
+    ("Rewrite this sentence in the past tense: 'I eat an apple.'", ("ate",)),
+    ("Give a synonym of 'big' that starts with the letter L.", ("large", "larger")),
 ]
 
 PROBES: list[tuple[str, tuple[str, ...]]] = ARITHMETIC + FACTS + INSTRUCTIONS

@@ -21,6 +21,7 @@ from personalize_scenarios import (  # noqa: E402
     THANKS,
     Known,
     at_most_two_sentences,
+    content_words,
     count_sentences,
     ends_with_sign_off,
     grade_heldout,
@@ -180,6 +181,8 @@ def test_probes():
         assert accepted
         for a in accepted:  # no question contains its answer, so an echo can never pass
             assert not re.search(rf"(?<![\w]){re.escape(a)}(?![\w])", question.lower()), (question, a)
+            # nor another form of it, or the right answer would be called an echo
+            assert not content_words(a) <= content_words(question), (question, a)
         assert not probe_right(question, question, accepted)
         assert not probe_right(question, "", accepted)
 
@@ -193,6 +196,7 @@ def test_probes():
     ("What is the chemical symbol for iron?", "Its symbol is Fe.", ("fe",), True),
     ("How many legs does a spider have?", "A spider has eight legs.", ("8", "eight"), True),
     ("What is 144 divided by 12?", "What is 144 divided by 12?", ("12",), False),  # an echo containing the answer
+    ("Rewrite this sentence in the past tense: 'I eat an apple.'", "I ate an apple.", ("ate",), True),
 ])
 def test_probe_right(question, answer, accepted, right):
     assert probe_right(question, answer, accepted) is right
