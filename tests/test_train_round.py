@@ -7,6 +7,7 @@ loaded once; every test's home links to that cache, and rounds reuse the loaded 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -67,16 +68,19 @@ def settings(home: Path, **kw) -> Settings:
     return Settings(home=home, threads=1, **kw)
 
 
-def add_turn(store: Store, engine, user: str, completion: str, kind: str = "main") -> Turn:
+def add_turn(store: Store, engine, user: str, completion: str, kind: str = "main", logprobs=None,
+             adapter_version: int | None = None) -> Turn:
+    """A served turn. Its completion was not sampled by the engine, so by default it has no recorded
+    logprobs (importance weight 1); pass them to play a turn the engine served."""
     template, encode = engine
     sid = store.open_session(f"s-{user}")
     req = {"messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": user}],
            "tools": [], "tool_choice": "none", "temperature": 0.8}
     turn = Turn(session_id=sid, index=store.next_index(sid), kind=kind, completion_id=f"chatcmpl-{user}-{completion}"[:60],
-                request=req, prompt_ids=encode(S.render(template, req)))
+                request=req, prompt_ids=encode(S.render(template, req)), adapter_version=adapter_version)
     store.insert_turn(turn)
     turn.completion_ids = encode(completion, bos=False)
-    turn.logprobs = [-1.0] * len(turn.completion_ids)
+    turn.logprobs = [] if logprobs is None else logprobs(turn)
     turn.text, turn.status, turn.finish_reason = completion, "ok", "stop"
     store.finish_turn(turn)
     store.add_next_state(NextState(turn.id, "user", "thanks", [{"role": "user", "content": "thanks"}]))
@@ -236,3 +240,70 @@ def test_child_pauses_is_killed_and_the_next_round_resumes(home, backend, engine
     assert [(r["id"], r["status"]) for r in rows(home, "SELECT id, status FROM train_runs")] == [(run_id, "done")]
     assert sorted(p.name for p in (home / "adapters").iterdir()) == [".train.lock", "0001"]
     store.close()
+
+
+def served_logprobs(backend, shift: float = 0.0):
+    """The engine's record of a turn served by the base weights, at T = 1 (what it logs), plus `shift`:
+    as if the policy that served it found every token e^shift likelier than the base does."""
+    def record(turn: Turn) -> list[float]:
+        backend.reset_lora()
+        with torch.no_grad():
+            lp = backend.logprobs(turn.prompt_ids + turn.completion_ids, len(turn.prompt_ids))
+        return [float(x) + shift for x in lp]
+    return record
+
+
+def test_stale_turns_are_importance_weighted(home, backend, engine):
+    """One turn served by the weights being trained (the base: no adapter yet), one by an adapter
+    5 that made its tokens e^0.5 likelier: the first has drift 0 and weight 1, the second drift
+    0.5 and weight e^-0.5 on every token; the round's metrics say so."""
+    store = Store(home / "clawd.db")
+    fresh = add_turn(store, engine, "What is 2+3?", "2+3 is 5.", logprobs=served_logprobs(backend))
+    stale = add_turn(store, engine, "Name a fruit.", "An apple.", logprobs=served_logprobs(backend, 0.5), adapter_version=5)
+    judge(store, fresh, 1)
+    judge(store, stale, 1)
+    result = run_round(settings(home, train_minibatch=2), store=store, backend=backend)
+    m = result.metrics
+    n_fresh, n_stale = len(fresh.completion_ids), len(stale.completion_ids)
+    assert m["stale_turns"] == 1 and m["temperatures"] == [0.8, 0.8] and m["max_train_tokens"] == 8192
+    assert m["rollout_drift"] == pytest.approx(0.5 * n_stale / (n_fresh + n_stale), abs=1e-4)
+    assert m["tis_weight_mean"] == pytest.approx((n_fresh + n_stale * math.exp(-0.5)) / (n_fresh + n_stale), abs=1e-4)
+    assert m["tis_clipped"] == 0
+    stored = json.loads(rows(home, "SELECT metrics FROM train_runs")[0]["metrics"])
+    assert stored["rollout_drift"] == m["rollout_drift"]
+    store.close()
+
+
+def lora_delta(path: Path) -> float:
+    """Σ over adapted projections of ‖(α/r)·B·A‖_F: how far the adapter moves the weights."""
+    from safetensors.torch import load_file
+
+    sd = load_file(str(path / "adapter_model.safetensors"))
+    return sum(float((2.0 * sd[k.replace("lora_A", "lora_B")] @ a).norm()) for k, a in sd.items() if "lora_A" in k)
+
+
+def test_the_kl_term_keeps_the_adapter_nearer_the_base(tmp_path, base, backend, engine):
+    """The same turns, the same steps, with and without the KL-to-base term: with it the weights
+    move less, while the rewards still push each answer the right way."""
+    out = {}
+    for coef in (0.0, 1.0):
+        home = tmp_path / f"kl-{coef}"
+        (home / "train").mkdir(parents=True)
+        os.symlink(base[1], home / "train" / base[1].name)
+        store = Store(home / "clawd.db")
+        good = add_turn(store, engine, "What is the capital of France?", "The capital of France is Paris.",
+                        logprobs=served_logprobs(backend))
+        bad = add_turn(store, engine, "Name a color.", "Banana banana banana.", logprobs=served_logprobs(backend))
+        judge(store, good, 1)
+        judge(store, bad, -1)
+        before = {t.id: logprob(backend, t, None) for t in (good, bad)}
+        result = run_round(settings(home, lr=5e-4, train_minibatch=1, train_epochs=4, train_kl_coef=coef),
+                           store=store, backend=backend)
+        after = {t.id: logprob(backend, t, result.path) for t in (good, bad)}
+        assert after[good.id] > before[good.id] and after[bad.id] < before[bad.id]
+        out[coef] = (lora_delta(result.path), result.metrics["kl_to_base"])
+        store.close()
+    (moved0, _), (moved1, k3) = out[0.0], out[1.0]
+    assert moved1 < moved0, out
+    assert len(k3) == 8 and k3[0] == pytest.approx(0, abs=1e-6) and k3[-1] > 0  # from the base (B = 0), away from it
+    assert out[0.0][1] is None  # not measured when the term is off
