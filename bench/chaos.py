@@ -44,8 +44,10 @@ SYSTEM = "You are a helpful assistant. Answer briefly."
 QUESTIONS = ["What is the capital of {x}?", "Give me a word that rhymes with {x}.", "Describe {x} in one sentence.",
              "Name an animal that lives in {x}."]
 TOPICS = ["France", "Peru", "cat", "the sea", "Kenya", "moon", "Japan", "a forest"]
-REACTIONS = ["Thanks, that's exactly right!", "No, that's wrong. Try again.", "Perfect.",
-             "That ignores my question, redo it."]
+# each reaction with the thumb the user also gives the answer (POST /v1/feedback): the bundled
+# model's judge is not trusted (`clawd status`), so explicit feedback is what trains
+REACTIONS = [("Thanks, that's exactly right!", 1), ("No, that's wrong. Try again.", -1), ("Perfect.", 1),
+             ("That ignores my question, redo it.", -1)]
 
 
 class Users:
@@ -79,16 +81,19 @@ class Users:
                 try:
                     q = rng.choice(QUESTIONS).format(x=rng.choice(TOPICS))
                     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]
-                    text = self._ask(c, msgs, stream=rng.random() < self.stream_p)
-                    if text is None:
+                    got = self._ask(c, msgs, stream=rng.random() < self.stream_p)
+                    if got is None:
                         continue
-                    msgs += [{"role": "assistant", "content": text}, {"role": "user", "content": rng.choice(REACTIONS)}]
+                    reaction, thumb = rng.choice(REACTIONS)
+                    msgs += [{"role": "assistant", "content": got[1]}, {"role": "user", "content": reaction}]
                     self._ask(c, msgs, stream=rng.random() < self.stream_p)
+                    c.post(self.url + "/v1/feedback", json={"id": got[0], "score": thumb, "comment": reaction})
                 except (httpx.HTTPError, json.JSONDecodeError, KeyError):
                     pass  # the daemon died under us: the point of the exercise
                 self.stop.wait(rng.uniform(0.5, 4.0))  # gaps: the daemon's idle time for judging and training
 
-    def _ask(self, c: httpx.Client, msgs: list[dict], stream: bool) -> str | None:
+    def _ask(self, c: httpx.Client, msgs: list[dict], stream: bool) -> tuple[str, str] | None:
+        """(completion id, text) of an answer received in full; None otherwise."""
         body = {"model": "clawd", "messages": msgs, "max_tokens": 32, "temperature": 0.7, "stream": stream}
         if not stream:
             r = c.post(self.url + "/v1/chat/completions", json=body)
@@ -97,7 +102,7 @@ class Users:
             data = r.json()
             text = data["choices"][0]["message"]["content"] or ""
             self.received.append({"id": data["id"], "text": text})
-            return text
+            return data["id"], text
         parts, cid, done = [], None, False
         with c.stream("POST", self.url + "/v1/chat/completions", json=body) as r:
             if r.status_code != 200:
@@ -118,7 +123,7 @@ class Users:
         if not done:
             return None
         self.received.append({"id": cid, "text": "".join(parts)})
-        return "".join(parts)
+        return cid, "".join(parts)
 
 
 def children(pid: int) -> list[int]:
@@ -202,8 +207,8 @@ def wait_for(client: httpx.Client, url: str, phase: str, users: Users, timeout: 
 def run(kills: int, seed: int, model: Path | None, workdir: Path, phases=PHASES, log=print) -> dict:
     rng = random.Random(seed)
     home = workdir / "home"
-    args = ["--idle-seconds", "1", "--tick-seconds", "0.25", "--train-batch", "2", "--judge-hint-votes", "1",
-            "--judge-margin", "0", "--max-train-tokens", "256", "--threads", "1"] + (["--model", str(model)] if model else [])
+    args = ["--idle-seconds", "1", "--tick-seconds", "0.25", "--train-batch", "2",
+            "--max-train-tokens", "256", "--threads", "1"] + (["--model", str(model)] if model else [])
     env = os.environ | {"CLAWD_HOME": str(home)}
     results: dict = {"kills": [], "violations": [], "received": 0, "orphans": 0}
     client = httpx.Client(timeout=30)

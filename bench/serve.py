@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 from common import write_result, free_port, start_server, stop, stream_chat, summarize
 
-FIXTURES = Path("/work/shared/fixtures/openclaw")
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "openclaw"
 PROMPT = "Story #{i}: write a long story about a lighthouse keeper and the night the lamp went out."
 SEED, N_CTX, SYSTEM_CHARS = 1234, 8192, 6000
 

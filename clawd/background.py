@@ -45,7 +45,11 @@ class BackgroundContext:
 
     def __init__(self, engine: Engine, n_ctx: int, batch: int = 256):
         self.engine, self.n_ctx, self.batch = engine, n_ctx, batch
-        params = llama_cpp.llama_context_default_params()
+        # The serving context's own parameters, so that both compute alike: llama.cpp's defaults
+        # differ from llama-cpp-python's (flash attention "auto", i.e. on, against off; YaRN
+        # factors), and with them this context's logprobs were 0.1-0.3 nats off the served ones
+        # (tests/test_judge_engine.py). Only the sizes and the thread count are its own.
+        params = llama_cpp.llama_context_params.from_buffer_copy(engine.llm.context_params)
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = batch  # one ubatch per decode: an abort leaves nothing half-done
         params.n_threads = params.n_threads_batch = engine.threads

@@ -81,6 +81,7 @@ def cmd_status(ns: argparse.Namespace) -> None:
                        f"{c['with_next_state']} with a next state, {c['judged']} judged, {c['trained']} trained on; "
                        f"{c['sessions']} sessions")
     t.add_row("scores", _sparkline(st["recent_scores"]) or "no judged turns yet")
+    t.add_row("judge", _judge_line(st["judge"]))
     tr = st["training"]
     last = tr["last"]
     t.add_row("training", (f"last round {last['event']} {_ago(time.time() - last['at'])} ago; " if last else "no round yet; ")
@@ -91,6 +92,24 @@ def cmd_status(ns: argparse.Namespace) -> None:
     t.add_row("memory", f"{st['memory_mb']:.0f} MB")
     t.add_row("data", st["home"])
     Console().print(t)
+
+
+def _judge_line(j: dict) -> str:
+    """How far the loop trusts its judge, with the measured figures."""
+    if j["mode"] in ("calibrating", "not measured yet"):
+        p = j.get("progress") or {}
+        return f"{j['mode']}" + (f" ({p['calibrating']}/{p['of']} labeled cases)" if p else "") + \
+            "; until then nothing is judged"
+    cv = j["cv"]
+    figures = (f"cross-validated on {j['cases']} labeled cases: accuracy {cv['accuracy']:.2f}, "
+               f"wrong-sign {cv['wrong_sign']:.1%}, decided {cv['decided']:.0%}")
+    if j["mode"] == "trusted":
+        return f"trusted, verdicts past {j['threshold']:.2f} confidence ({figures})"
+    if j["mode"] == "confident_only":
+        return (f"[yellow]not trusted[/yellow] (accuracy {j['cv_trusted']['accuracy']:.2f} < the minimum): learns from "
+                f"explicit feedback and verdicts past {j['threshold']:.2f} confidence only ({figures})")
+    return (f"[red]not trusted[/red] (accuracy {j['cv_trusted']['accuracy']:.2f}): learns from explicit feedback only "
+            "(POST /v1/feedback)")
 
 
 def _ago(seconds: float | None) -> str:
@@ -236,8 +255,10 @@ def _print_adapters(state: dict, as_json: bool, where: str) -> None:
     for a in state["adapters"]:
         gate = a["gate"] or {}
         drop = (gate.get("replay") or {}).get("drop")
-        note = ("passed" + (f", replay drop {drop:+.3f}" if drop is not None else "")) if gate.get("passed") else \
-            "; ".join(gate.get("reasons", [])) or "-"
+        # one reason a line, under this column; a pass shows what was measured
+        note = ("passed" + (f", replay drop {drop:+.3f}" if drop is not None else "")
+                + (f"; {gate['summary']}" if gate.get("summary") else "")) if gate.get("passed") else \
+            ("\n" + " " * 46).join(gate.get("reasons", [])) or "-"
         created = datetime.datetime.fromtimestamp(a["created"]).strftime("%Y-%m-%d %H:%M")
         print(f"{'*' if a['current'] else '':2}{a['version']:<8}{a['status']:<10}{str(a['parent'] or '-'):<8}"
               f"{created:<18}{note}")

@@ -77,18 +77,14 @@ class Settings(BaseSettings):
     gpu_busy_percent: float = Field(20.0, ge=0, le=100, description="On CUDA, background work waits while GPU utilization is above this.")
     auto_learn: bool = Field(True, description="Judge, train and publish by themselves when idle (off: only the one-shot commands).")
 
-    # Judge (design §6). Defaults chosen by bench/judge.py on tests/data/judge_cases.jsonl (61 labeled
-    # turns; bench/out/judge.json): 'score' agreed with the labels on 0.56 of them with SmolLM2-135M
-    # and 0.67 with Qwen2.5-0.5B, at ~4-5 s a turn on 2 busy cores; 'vote' on 0.22 and 0.33 (9-turn
-    # subsets), at 58 and 25 s a turn, because the models almost never end a sampled answer with
-    # \boxed{} (53 of 54 votes failed; a turn with no valid vote is 0). Margin 0.05 was best for both
-    # (SmolLM2 0.51 / 0.56 / 0.47 at 0 / 0.05 / 0.1; Qwen 0.66 / 0.67 / 0.67).
-    judge_method: Literal["vote", "score"] = Field("score", description="How the judge reaches a verdict: 'score' (one forward pass, P of each \\boxed{} value) or 'vote' (sampled reasoning, majority).")
-    judge_votes: int = Field(3, ge=1, description="Sampled evaluation votes per turn (method 'vote').")
-    judge_hint_votes: int = Field(3, ge=0, description="Sampled hint votes per turn (for OPD); 0 = no hints.")
-    judge_temperature: float = Field(0.6, ge=0.0, le=2.0, description="Sampling temperature of the judge's votes.")
-    judge_margin: float = Field(0.05, ge=0.0, le=1.0, description="Method 'score': the top verdict must beat the runner-up by this much probability, else 0.")
-    judge_max_tokens: int = Field(192, ge=16, description="Longest judge answer (one vote) in tokens.")
+    # Judge (design §6). 'ask' against 'score' measured by bench/judge.py (bench/results/judge-*.json).
+    judge_method: Literal["ask", "score"] = Field("ask", description="How the judge reads a turn: 'ask' (yes/no "
+                                                  "questions, one forward pass) or 'score' (P of each \\boxed{} verdict); "
+                                                  "either is calibrated per model on the shipped labeled cases.")
+    judge_min_accuracy: float = Field(0.8, ge=0, le=1, description="Cross-validated accuracy on the calibration cases "
+                                      "below which the judge is not trusted: only its most confident verdicts count.")
+    judge_max_wrong_sign: float = Field(0.03, ge=0, le=1, description="Largest cross-validated share of ±1 cases a "
+                                        "trusted judge may get the wrong way round; sets the confidence a verdict needs.")
     judge_budget_tokens: int = Field(3072, ge=512, description="Largest judge prompt; longer conversations are shortened in the middle.")
 
     # -- training (clawd train; the scheduler's trainer child) --------------------------------
@@ -122,10 +118,19 @@ class Settings(BaseSettings):
                                     "served GGUF dequantized; its tokenizer must give the engine's token ids.")
 
     # -- publishing (clawd publish; design §8) ------------------------------------------------
-    gate_margin: float = Field(0.1, ge=0, description="The gate rejects an adapter that lowers the mean logprob of "
-                               "recent positively judged answers by more than this many nats per token.")
-    gate_probe_margin: float = Field(1.0, ge=0, description="The gate rejects an adapter under which the live "
-                                     "weights' answers to its fixed probes lose more than this many nats per token.")
+    # The gate compares every adapter with the base weights (adapter off), never with the live one,
+    # so what adapters may cost adds up over the whole chain instead of once per adapter.
+    gate_margin: float = Field(0.1, ge=0, description="The gate rejects an adapter under which recent positively "
+                               "judged answers are less likely than under the base weights by more than this many "
+                               "nats per token.")
+    gate_probe_threshold: int = Field(2, ge=1, description="The gate rejects an adapter that gets this many more of "
+                                      "its answer-checked probes wrong than the base weights do, or that newly echoes "
+                                      "the question or degenerates on this many probes.")
+    gate_kl_budget: float = Field(0.3, ge=0, description="The gate rejects an adapter whose mean per-token "
+                                  "KL(adapter ‖ base weights), on its own greedy answers to the gate's general "
+                                  "probes, exceeds this many nats.")
+    gate_kl_worst_share: float = Field(0.05, ge=0, le=1, description="The gate rejects an adapter for which more than "
+                                       "this share of those tokens have a KL to the base weights above 2 nats.")
     gate_turns: int = Field(8, ge=0, description="Recent positively judged turns the gate replays.")
 
     @classmethod

@@ -104,6 +104,7 @@ class Daemon:
             "adapter": adapter,
             "turns": self.store.counts(),
             "recent_scores": self.store.recent_scores(40),
+            "judge": self.judge.trust(),
             "doing": st.doing, "doing_since_s": round(time.time() - st.since, 1),
             "in_flight": self.chat.in_flight,
             "training": {"last": st.last_train, "progress": st.train_progress, "last_publish": st.last_publish,

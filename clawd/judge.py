@@ -1,14 +1,18 @@
-"""Judge (design §6): the served model scores each main turn from what came next, and writes hints.
+"""Judge (design §6): the served model scores each main turn from what came next.
 
-Two verdicts per turn, both on the base weights in the engine's background context:
-- *evaluation* (Binary RL): +1 the turn worked, -1 it did not, 0 no evidence. Reached either by
-  `vote` (m sampled answers that reason and end in \\boxed{}, majority of the valid ones) or by
-  `score` (one forward pass with the answer forced up to `\\boxed{`, reading P("1"), P("-1"),
-  P("0"); the most likely verdict if its margin clears a threshold, else 0). Small models judge
-  far better by score (design §12; `bench/judge.py` measures both).
-- *hint* (OPD): m sampled answers; \\boxed{1} plus a hint between markers when the next state shows
-  how the turn should have been different. The longest hint over 10 characters among the positive
-  votes is kept; none → no OPD sample.
+The verdict: +1 the turn worked, -1 it did not, 0 no evidence. A 0.5B model asked for a verdict
+reads a short change request in the imperative ("Shorter.", "In French.") as approval, so the
+default method, `ask`, does not ask it for one. It asks it a few yes/no questions that each need
+one reading ("Does the user ask for a change?", "Does the tool report an error?"), takes the
+log-odds of "Yes" against "No" for each (one forward pass; the questions share the turn's
+prefix in the KV cache, and the fixed instructions stay cached between turns), and a small
+softmax regression fitted per model file on the shipped calibration cases turns those log-odds
+into P(-1), P(0), P(+1) (`judge_calibration.py`). A verdict is given only past a confidence
+chosen by cross-validation on those cases; below it, 0. `score`, the previous method (P of each
+`\\boxed{}` value after a forced prefix), is kept as the baseline `bench/judge.py` compares
+against, and is calibrated the same way.
+
+Hints for OPD come from the evidence, not from the judge's pen (`hints.py`).
 
 Each turn is judged once: `Store.add_judgment` ignores a second verdict for a turn, so a crash
 mid-backlog only redoes the turn that was in progress.
@@ -16,25 +20,26 @@ mid-backlog only redoes the turn that was in progress.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-import os
-import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .config import Settings
+import numpy as np
+
 from .background import BackgroundContext, Cancelled
+from .config import Settings
 from .engine import Engine
-from .records import Judgment, NextState, Turn, Vote
+from .hints import evidence_hint, text_of
+from .judge_calibration import Calibration, Calibrator, top_verdict
+from .records import Judgment, NextState, Turn
 from .store import Store
 
 log = logging.getLogger("clawd.judge")
 
-HINT_START, HINT_END = "[HINT_START]", "[HINT_END]"
 VERDICTS = ("1", "-1", "0")
 SCORE_PREFILL = "Score: \\boxed{"
 MAX_ATTEMPTS = 3  # a turn whose judging raised this often is stored as 0
@@ -47,65 +52,48 @@ Score 0 if what came next is ambiguous or unrelated to the reply.
 
 Think in one or two short sentences, then end with the score: \\boxed{1}, \\boxed{-1} or \\boxed{0}."""
 
-HINT_SYSTEM = f"""You review one reply of an AI assistant in hindsight, knowing what happened right after it.
+ASK_SYSTEM = ("Each example shows a user's request, an AI assistant's reply, and what came right after the reply. "
+              "The verdict is good if the reply worked (the user thanks, approves or builds on it, or the tool "
+              "succeeded), bad if it did not (the user corrects it, asks for any change, repeats the request, "
+              "complains, or the tool failed), unclear otherwise.")
+# Worked examples, written apart from both splits of the labeled corpus. A 0.5B model reads the
+# verdict from examples far better than from instructions: asked yes/no questions it said "No" to
+# everything (bench/results/judge-*.json). They sit in the cached prefix, so they cost one prefill.
+# (request, reply, who came next, what came next, verdict)
+SHOTS = (
+    ("How many ounces are in a pound?", "There are 16 ounces in a pound.", "user", "great, that's what I needed", "good"),
+    ("Write a haiku about rain.", "Soft rain on the roof / gray clouds weep all afternoon / the garden drowns slow", "user", "Less gloomy.", "bad"),
+    ("Delete the build folder.", '[tool call] exec({"command": "rm -rf build"})', "tool", "rm: cannot remove 'build/cache': Permission denied\n(exit code 1)", "bad"),
+    ("Write a SQL query that counts the users.", "SELECT COUNT(*) FROM users;", "user", "Now only the ones created this year.", "good"),
+    ("Who painted the Mona Lisa?", "It was painted by Michelangelo.", "user", "Nope, Leonardo da Vinci painted it.", "bad"),
+    ("Suggest a name for my cat.", "How about Whiskers?", "user", "What's the best way to learn piano?", "unclear"),
+    ("Show me the README.", '[tool call] read({"path": "README.md"})', "tool", "# myapp\nA small web service.\n## Install\npip install myapp", "good"),
+    ("Summarize this paragraph for me.", "Here is a detailed summary in twelve paragraphs. First, ...", "user", "Oh wonderful, a summary longer than the text itself. Thanks a lot.", "bad"),
+    ("Give me a packing list for a weekend trip.", "- Clothes\n- Toothbrush\n- Phone charger", "user", "Could you write it as a paragraph instead, please?", "bad"),
+    ("Write a function that parses a date string.", "def parse(s):\n    return datetime.strptime(s, '%Y-%m-%d')", "user", "Next, make it accept times too.", "good"),
+    ("What's the weather like on Mars?", "Mars is the fourth planet from the Sun.", "user", "I asked about the weather there. What is it like?", "bad"),
+    ("Run the tests.", '[tool call] exec({"command": "pytest -q"})', "tool", "12 passed in 0.84s", "good"),
+    ("Explain recursion.", "Recursion is when a function calls itself on a smaller input until it reaches a base case.", "user", "In German.", "bad"),
+    ("Recommend a book on statistics.", "Try 'The Art of Statistics' by David Spiegelhalter.", "user", "hmm", "unclear"),
+    ("Translate 'good morning' into French.", "Bonjour.", "user", "Merci, parfait !", "good"),
+    ("Fix the typo in config.toml.", '[tool call] edit({"path": "config.toml", "oldText": "prot", "newText": "port"})', "tool", "Error: oldText not found in config.toml", "bad"),
+    ("How do I undo my last git commit?", "Run git reset --soft HEAD~1; your changes stay staged.", "user", "And how do I push that to the remote?", "good"),
+    ("Write a tagline for a coffee shop.", "Wake up and smell the excellence!", "user", "Brilliant. Exactly the cliché I wanted to avoid.", "bad"),
+    ("What is 7 times 8?", "7 times 8 is 54.", "user", "That's not right, it's 56.", "bad"),
+    ("Give me three ideas for a birthday party.", "1. A picnic 2. A karaoke night 3. A board game evening", "user", "By the way, how tall is Mount Everest?", "unclear"),
+    ("List the files here.", '[tool call] ls({"path": "."})', "tool", "README.md\nmain.py\nrequirements.txt", "good"),
+    ("Describe the water cycle.", "Water evaporates, condenses into clouds, and falls as rain or snow.", "user", "Thanks!", "good"),
+)
+LABELS = {"bad": -1, "unclear": 0, "good": 1}  # the verdict words, in the feature order
 
-Does what came next show how the reply should have been different (a correction, a preference, missing information, an error to avoid)?
-If yes, write \\boxed{{1}} and then a concrete, actionable hint to the assistant in 1-3 sentences between {HINT_START} and {HINT_END}.
-If no, write \\boxed{{-1}} and nothing else."""
-
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-# Small judges write the markers loosely ("HINT_START", "**[HINT_START]**") and often stop without
-# the end marker; a hint then runs to the end of its paragraph.
-_HINT = re.compile(r"\[?HINT_START\]?\**:?(.*?)(?:\**\[?HINT_END\]?|\n\s*\n|$)", re.S | re.I)
-
-
-# -- parsing and voting: pure ----------------------------------------------------------------
-def parse_boxed(text: str, allowed: tuple[int, ...] = (1, -1, 0)) -> int | None:
-    """The value of the LAST \\boxed{...}; None (a failed vote) if there is none or it is not
-    one of `allowed` ("+1" counts as 1; "2", "yes", "" do not)."""
-    found = _BOXED.findall(text)
-    if not found:
-        return None
-    raw = found[-1].strip()
-    if not re.fullmatch(r"[+-]?\d+", raw):
-        return None
-    value = int(raw)
-    return value if value in allowed else None
-
-
-def parse_hint(text: str) -> str | None:
-    """The text after the last hint marker, up to the end marker, a blank line or the end."""
-    found = [re.sub(r"\n\s*\d+\.$", "", h.strip()).strip() for h in _HINT.findall(text)]
-    return found[-1] or None if found else None
-
-
-def majority(values: list[int | None]) -> int:
-    """Most common valid value; a tie at the top, or no valid vote, is 0."""
-    counts = Counter(v for v in values if v is not None).most_common()
-    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
-        return 0
-    return counts[0][0]
-
-
-def choose_hint(votes: list[Vote]) -> str | None:
-    """The longest hint over 10 characters among positive hint votes (the most informative)."""
-    hints = [v.hint for v in votes if v.value == 1 and v.hint and len(v.hint) > 10]
-    return max(hints, key=len) if hints else None
-
-
-def verdict_from_probs(probs: dict[str, float], margin: float) -> int:
-    """The most likely verdict if it beats the runner-up by `margin`, else 0."""
-    ranked = sorted(VERDICTS, key=lambda k: probs[k], reverse=True)
-    return int(ranked[0]) if probs[ranked[0]] - probs[ranked[1]] >= margin else 0
+# What each section of the exchange keeps, in characters (cut in the middle): about 250 tokens
+# in all, so a turn costs ~2 s of prompt on 2 CPU cores with the 0.5B model.
+REQUEST_CHARS, REPLY_CHARS, NEXT_CHARS = 300, 400, 400
+ASK_TOKENS = 2048
+PROMPTS = json.dumps([EVAL_SYSTEM, ASK_SYSTEM, SHOTS, REQUEST_CHARS, REPLY_CHARS, NEXT_CHARS])  # calibration cache key
 
 
 # -- what the judge reads ---------------------------------------------------------------------
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(p.get("text") or "" for p in content if isinstance(p, dict))
-    return content or ""
-
-
 def _calls(calls: list[dict[str, Any]]) -> str:
     return "\n".join(f"[tool call] {c['function']['name']}({c['function'].get('arguments') or ''})" for c in calls)
 
@@ -114,7 +102,7 @@ def render_messages(messages: list[dict[str, Any]]) -> str:
     lines = []
     for m in messages:
         role = m.get("role", "user")
-        body = "\n".join(x for x in (_text(m.get("content")), _calls(m.get("tool_calls") or [])) if x)
+        body = "\n".join(x for x in (text_of(m.get("content")), _calls(m.get("tool_calls") or [])) if x)
         label = {"tool": f"Tool result ({m.get('name') or 'tool'})", "developer": "System"}.get(role, role.capitalize())
         lines.append(f"{label}: {body}")
     return "\n\n".join(lines)
@@ -133,13 +121,16 @@ def cut_middle(text: str, keep: int) -> str:
 class Judge:
     def __init__(self, engine: Engine, store: Store | None, settings: Settings):
         self.engine, self.store, self.settings = engine, store, settings
+        self.calibrator = Calibrator(settings.home / "judge", settings.judge_min_accuracy, settings.judge_max_wrong_sign)
         self._failures: dict[int, int] = {}  # turn id -> failed attempts, in this process
+        self._calibration: Calibration | None = None
+        self.progress: dict[str, Any] | None = None
 
     @property
     def context(self) -> BackgroundContext:
-        # budget for the prompt, the judge's answer, and a few tokens of forced verdict
-        s = self.settings
-        return self.engine.background_context(s.judge_budget_tokens + s.judge_max_tokens + 16)
+        # room for method 'score''s prompt (judge_budget_tokens) or method 'ask''s (its examples,
+        # ~1.3k tokens, and a turn cut to ~1.1k characters: under 2k), plus a forced verdict
+        return self.engine.background_context(max(self.settings.judge_budget_tokens, ASK_TOKENS) + 16)
 
     # -- prompts ---------------------------------------------------------------------------
     def sections(self, turn: Turn, ns: NextState) -> tuple[str, list[str]]:
@@ -199,63 +190,102 @@ class Judge:
         info["prompt_tokens"] = count(text)
         return text, info
 
-    # -- one turn ------------------------------------------------------------------------------
-    def _sample(self, text: str, cancel: threading.Event | None) -> str:
-        s = self.settings
-        ids = self.context.generate(self.engine.tokenize(text), s.judge_temperature, s.judge_max_tokens,
-                                    seed=int.from_bytes(os.urandom(4), "little"), cancel=cancel)
-        return self.engine.detokenize(ids)
+    @staticmethod
+    def example(request: str, reply: str, role: str, after: str) -> str:
+        then = "Tool result" if role == "tool" else "User's next message"
+        return (f"Request: {cut_middle(request, REQUEST_CHARS)}\nReply: {cut_middle(reply, REPLY_CHARS) or '(nothing)'}\n"
+                f"{then}: {cut_middle(after, NEXT_CHARS) or '(nothing)'}\nVerdict:")
 
-    def verdict_probs(self, text: str, cancel: threading.Event | None = None) -> dict[str, float]:
-        """P of each verdict after the forced prefix, normalized over the three; `mass` is how much
-        of the model's probability the three got together. Each verdict is scored as the whole
-        text "<prompt>1}" etc., from the longest token prefix all three share, because a tokenizer
-        may merge across the brace (Qwen writes "{-" as one token)."""
-        full = [self.engine.tokenize(text + v + "}") for v in VERDICTS]
+    def ask_prompt(self, turn: Turn, ns: NextState) -> str:
+        """Method `ask`: the instructions and worked examples (a fixed, cached prefix), then this
+        turn in their form: its last user request, the reply, what came next. The history before
+        the request is left out: it distracts a small judge (the reference's judge shows only the
+        reply and the next state)."""
+        msgs = turn.request.get("messages", [])
+        request = next((text_of(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
+        reply = render_messages([{"role": "assistant", "content": turn.text,
+                                  "tool_calls": [c.to_openai() for c in turn.tool_calls]}]).removeprefix("Assistant: ")
+        after = "\n".join(text_of(m.get("content")) for m in ns.messages)
+        shots = "\n\n".join(f"{self.example(*s[:4])} {s[4]}" for s in SHOTS)
+        return f"{ASK_SYSTEM}\n\n{shots}\n\n{self.example(request, reply, ns.role, after)}"
+
+    def features(self, turn: Turn, ns: NextState, method: str | None = None,
+                 cancel: threading.Event | None = None) -> tuple[list[float], dict[str, Any]]:
+        """What the calibration reads for one turn: log P of each verdict word (method `ask`:
+        " bad", " unclear", " good" after the examples; `score`: "-1", "0", "1" in a forced
+        \\boxed{}), normalized over the three, and 1 if a tool answered (else 0)."""
+        method = method or self.settings.judge_method
+        if method == "ask":
+            text = self.ask_prompt(turn, ns)
+            lps = np.array(self.choice_logps(text, [f" {w}" for w in LABELS], cancel))
+            info = {"prompt_tokens": len(self.engine.tokenize(text))}
+        elif method == "score":
+            text, info = self.prompt(EVAL_SYSTEM, turn, ns, prefill=SCORE_PREFILL)
+            probs = self.verdict_probs(text, cancel)
+            lps = np.log([max(probs[v], 1e-9) for v in ("-1", "0", "1")])
+        else:
+            raise ValueError(f"unknown judge method {method!r}: 'ask' or 'score'")
+        # and who answered: a tool's result is never "no evidence", a user's message may be
+        return [round(float(v), 4) for v in lps - np.logaddexp.reduce(lps)] + [float(ns.role == "tool")], info
+
+    def choice_logps(self, text: str, endings: list[str], cancel: threading.Event | None = None) -> list[float]:
+        """log P(text + ending | text) for each ending: one forward pass over the longest token
+        prefix all the texts share, then the chain rule over each one's own tokens (a tokenizer
+        may merge across the boundary: Qwen writes "{-" as one token)."""
+        full = [self.engine.tokenize(text + e) for e in endings]
         common = 0
         while all(common < len(f) - 1 for f in full) and len({f[common] for f in full}) == 1:
             common += 1
-        logps = self.context.score(full[0][:common], [f[common:] for f in full], cancel=cancel)
-        raw = [math.exp(lp) for lp in logps]
+        return self.context.score(full[0][:common], [f[common:] for f in full], cancel=cancel)
+
+    def verdict_probs(self, text: str, cancel: threading.Event | None = None) -> dict[str, float]:
+        """Method `score`: P of each verdict after the forced prefix, normalized over the three;
+        `mass` is how much of the model's probability the three got together."""
+        raw = [math.exp(lp) for lp in self.choice_logps(text, [v + "}" for v in VERDICTS], cancel)]
         mass = sum(raw)
         probs = {v: (r / mass if mass > 0 else 1 / 3) for v, r in zip(VERDICTS, raw)}
         return {**probs, "mass": mass}
 
-    def judge_turn(self, turn: Turn, ns: NextState, method: str | None = None,
-                   cancel: threading.Event | None = None) -> Judgment:
-        """Judge one turn (nothing is stored): evaluation by `method`, then hint votes."""
-        s = self.settings
-        method = method or s.judge_method
-        ctx = self.context
-        waited0, t0 = ctx.waited_s, time.perf_counter()
-        votes: list[Vote] = []
-        probs = None
-        if method == "score":
-            text, info = self.prompt(EVAL_SYSTEM, turn, ns, prefill=SCORE_PREFILL)
-            probs = self.verdict_probs(text, cancel)
-            score = verdict_from_probs(probs, s.judge_margin)
-        elif method == "vote":
-            text, info = self.prompt(EVAL_SYSTEM, turn, ns)
-            for _ in range(s.judge_votes):
-                raw = self._sample(text, cancel)
-                votes.append(Vote(kind="eval", raw=raw, value=parse_boxed(raw)))
-            score = majority([v.value for v in votes if v.kind == "eval"])
-        else:
-            raise ValueError(f"unknown judge method {method!r}: 'vote' or 'score'")
-        t1 = time.perf_counter()
-        hint = None
-        if s.judge_hint_votes:
-            text, _ = self.prompt(HINT_SYSTEM, turn, ns)
-            for _ in range(s.judge_hint_votes):
-                raw = self._sample(text, cancel)
-                value = parse_boxed(raw, allowed=(1, -1))
-                votes.append(Vote(kind="hint", raw=raw, value=value, hint=parse_hint(raw) if value == 1 else None))
-            hint = choose_hint([v for v in votes if v.kind == "hint"])
-        t2 = time.perf_counter()
-        timings = {"eval_s": round(t1 - t0, 3), "hint_s": round(t2 - t1, 3), "total_s": round(t2 - t0, 3),
-                   "waited_for_users_s": round(ctx.waited_s - waited0, 3), **info}
-        return Judgment(turn_id=turn.id, method=method, score=score, judge_model=self.engine.model_path.name,  # type: ignore[arg-type]
-                        votes=votes, probs=probs, hint=hint, judge_adapter=None, timings=timings)
+    # -- one turn ------------------------------------------------------------------------------
+    def calibration(self, cancel: threading.Event | None = None) -> Calibration:
+        """This model's calibration: from the cache, or measured now on the shipped cases
+        (background work, cancellable; minutes on CPU, once per model file)."""
+        if self._calibration is None:
+            self._calibration = self.calibrator.load_or_fit(
+                lambda turn, ns: self.features(turn, ns, cancel=cancel)[0], self.settings.judge_method,
+                self.engine.model_path, PROMPTS, progress=self._on_progress)
+        return self._calibration
+
+    def trust(self) -> dict[str, Any]:
+        """How far the loop trusts this judge, for status: the calibration's mode and figures,
+        or that it is still being measured."""
+        cal = self._calibration or self.calibrator.cached(
+            self.calibrator.key(self.engine.model_path, self.settings.judge_method, PROMPTS))
+        if cal is not None:
+            self._calibration = cal
+            return cal.summary()
+        return {"mode": "calibrating" if self.progress else "not measured yet", "progress": self.progress}
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress = {"calibrating": done, "of": total}
+
+    def judge_turn(self, turn: Turn, ns: NextState, cancel: threading.Event | None = None) -> Judgment:
+        """Judge one turn (nothing is stored): the calibrated verdict, and its evidence hint."""
+        cal = self.calibration(cancel)
+        t0 = time.perf_counter()
+        waited0 = self.context.waited_s
+        x, info = self.features(turn, ns, cal.method, cancel)
+        p = cal.probs(x)
+        score = cal.verdict(p)
+        # The hint follows the most likely verdict, confident or not: it only quotes the evidence,
+        # and a teacher that reads a user's praise as a "correction" still finds the reply likely,
+        # so a misread costs little, unlike a wrong-sign reward.
+        hint = evidence_hint(turn, ns, top_verdict(p))
+        probs = {"1": p[2], "0": p[1], "-1": p[0], **{f"x_{i}": round(v, 4) for i, v in enumerate(x)}}
+        timings = {"total_s": round(time.perf_counter() - t0, 3),
+                   "waited_for_users_s": round(self.context.waited_s - waited0, 3), **info}
+        return Judgment(turn_id=turn.id, method=cal.method, score=score, judge_model=self.engine.model_path.name,  # type: ignore[arg-type]
+                        probs=probs, hint=hint, judge_adapter=None, timings=timings)
 
     # -- the backlog -------------------------------------------------------------------------------
     def backlog_size(self) -> int:
@@ -268,6 +298,11 @@ class Judge:
         `stop` is set (checked between decode steps). Returns how many verdicts were stored.
         What the daemon's scheduler calls when idle, and what `clawd judge --once` runs."""
         assert self.store is not None, "run_backlog needs a store"
+        try:
+            self.calibration(stop)
+        except Cancelled:
+            log.info("judge calibration stopped; it goes on at the next idle moment")
+            return 0
         done = 0
         skipped: set[int] = set()
         while stop is None or not stop.is_set():

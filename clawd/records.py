@@ -87,12 +87,12 @@ class Judgment:
     """The judge's verdict on one main turn, from its next state."""
 
     turn_id: int
-    method: Literal["vote", "score"]
+    method: Literal["vote", "score", "ask"]  # 'vote' only in databases from before issue 12
     score: int  # -1, 0 or +1
     judge_model: str
     votes: list[Vote] = field(default_factory=list)
-    probs: dict[str, float] | None = None  # method 'score': P(verdict) for "1", "-1", "0"
-    hint: str | None = None  # for OPD; None when no vote revealed a better answer
+    probs: dict[str, float] | None = None  # P(verdict) for "1", "-1", "0", and the raw features "x_i"
+    hint: str | None = None  # for OPD, from the evidence (hints.py); None for a verdict other than -1
     judge_adapter: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -104,3 +104,4 @@ class Feedback:
     turn_id: int
     score: int  # -1 or +1
     comment: str | None = None
+    hint: str | None = None  # the comment as an OPD hint; None when absent or refused (hints.feedback_hint)

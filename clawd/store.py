@@ -109,6 +109,30 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        # The judge's method 'ask' (issue 12); a feedback comment becomes the turn's OPD hint,
+        # stored beside it once checked (it must not quote a tool's result).
+        "003_judge_ask_feedback_hint",
+        """
+        CREATE TABLE judgments_new (
+            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),
+            method TEXT NOT NULL CHECK (method IN ('vote', 'score', 'ask')),
+            score INTEGER NOT NULL CHECK (score IN (-1, 0, 1)),
+            votes TEXT NOT NULL DEFAULT '[]',
+            probs TEXT,                        -- JSON: P of each verdict ("1", "0", "-1") and the raw features
+            hint TEXT,                         -- OPD hint from the evidence, or NULL
+            judge_model TEXT NOT NULL,
+            judge_adapter INTEGER,
+            timings TEXT NOT NULL DEFAULT '{}',
+            created REAL NOT NULL
+        );
+        INSERT INTO judgments_new SELECT turn_id, method, score, votes, probs, hint, judge_model, judge_adapter,
+            timings, created FROM judgments;
+        DROP TABLE judgments;
+        ALTER TABLE judgments_new RENAME TO judgments;
+        ALTER TABLE feedback ADD COLUMN hint TEXT;
+        """,
+    ),
 ]
 
 
@@ -327,14 +351,18 @@ class Store:
 
     def set_feedback(self, f: Feedback) -> None:
         self._write(
-            "INSERT INTO feedback (turn_id, score, comment, created) VALUES (?, ?, ?, ?) ON CONFLICT(turn_id) DO UPDATE"
-            " SET score = excluded.score, comment = excluded.comment, created = excluded.created",
-            (f.turn_id, f.score, f.comment, time.time()),
+            "INSERT INTO feedback (turn_id, score, comment, hint, created) VALUES (?, ?, ?, ?, ?) ON CONFLICT(turn_id)"
+            " DO UPDATE SET score = excluded.score, comment = excluded.comment, hint = excluded.hint,"
+            " created = excluded.created",
+            (f.turn_id, f.score, f.comment, f.hint, time.time()),
         )
 
     def feedback(self, turn_id: int) -> Feedback | None:
         rows = self._read("SELECT * FROM feedback WHERE turn_id = ?", (turn_id,))
-        return Feedback(turn_id=rows[0]["turn_id"], score=rows[0]["score"], comment=rows[0]["comment"]) if rows else None
+        if not rows:
+            return None
+        r = rows[0]
+        return Feedback(turn_id=r["turn_id"], score=r["score"], comment=r["comment"], hint=r["hint"])
 
     def recent_scores(self, n: int) -> list[int]:
         """The effective scores (explicit feedback over the judge) of the last `n` judged turns, oldest first."""

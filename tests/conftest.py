@@ -9,13 +9,15 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import shutil
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import httpx
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "openclaw"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real OpenClaw requests (README there)
 
 
 def free_port() -> int:
@@ -85,9 +87,32 @@ class Daemon:
         return OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "sk-local"), max_retries=0, **kw)
 
 
+@lru_cache(maxsize=1)
+def _judge_calibration() -> Path:
+    """The bundled model's judge calibration (Judge.calibration: the shipped cases, once per model
+    file), measured once per test session (~1-2 minutes) instead of once per fresh home."""
+    import tempfile
+
+    from clawd.config import Settings, bundled_model_path
+    from clawd.engine import Engine
+    from clawd.judge import Judge
+
+    home = Path(tempfile.mkdtemp(prefix="clawd-judge-"))
+    engine = Engine(bundled_model_path(), n_ctx=512, threads=2)
+    Judge(engine, None, Settings(home=home)).calibration()
+    return home / "judge"
+
+
+def seed_judge(home: Path) -> Path:
+    """Give `home` the session's judge calibration, as a daemon that had measured it would have."""
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(_judge_calibration(), home / "judge", dirs_exist_ok=True)
+    return home
+
+
 @pytest.fixture(scope="session")
 def daemon(tmp_path_factory) -> Daemon:
-    home = tmp_path_factory.mktemp("run") / "home"
+    home = seed_judge(tmp_path_factory.mktemp("run") / "home")
     d = Daemon(home, "--max-body-bytes", "2000000").start()
     yield d
     d.stop()

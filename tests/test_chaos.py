@@ -12,10 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import chaos  # noqa: E402
+from conftest import seed_judge  # noqa: E402
 
 
 @pytest.mark.timeout(1500)
 def test_sigkill_loses_nothing(tmp_path):
+    seed_judge(tmp_path / "home")  # calibrated once per test session, not under fire
     res = chaos.run(kills=3, seed=5, model=None, workdir=tmp_path, phases=("stream", "judging", "training"))
     assert not res["violations"], res["violations"]
     assert res["received"] > 0

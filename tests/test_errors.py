@@ -23,6 +23,8 @@ CASES = {
     "missing messages": ({"model": "clawd"}, 400),
     "unknown role": ({"messages": [{"role": "wizard", "content": "hi"}]}, 400),
     "content wrong type": ({"messages": [{"role": "user", "content": 42}]}, 400),
+    "user without content": ({"messages": [{"role": "user"}]}, 400),  # OpenAI: 400, not an empty turn
+    "system content null": ({"messages": [{"role": "system", "content": None}, *OK]}, 400),
     "image part": ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400),
     "tool without call": ({"messages": [*OK, {"role": "tool", "tool_call_id": "nope", "content": "x"}]}, 400),
     "tool without id": ({"messages": [*OK, {"role": "tool", "content": "x"}]}, 400),

@@ -5,6 +5,7 @@ these tests are what says the pin still holds."""
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.judge import Judge
 from clawd.records import NextState, ToolCall, Turn
+from conftest import seed_judge
 
 CASES = Path(__file__).parent / "data" / "judge_cases.jsonl"
 
@@ -78,27 +80,29 @@ def test_sequence_score_matches_the_serving_logprobs(engine):
     ctx = engine.background_context(1024)
     toks = [s.token for s in steps]
     one, three, shifted = ctx.score(prompt, [toks[:1], toks[:3], [toks[0], toks[2], toks[1]]])
-    # Q4 kernels round differently for a batch than for one token: ~0.05 nats per token apart.
-    # A wrong chain (a row off by one, a missing term) is nats away.
-    assert one == pytest.approx(steps[0].logprob, abs=0.05)
+    # The first token's logprob comes from the same computation in both contexts (the prompt in
+    # one batch, the same context parameters): measured equal to 1e-7 on an AVX-512 machine. It
+    # was 0.30 nats apart there while the background context ran llama.cpp's default flash
+    # attention and the serving one did not. The chain's later tokens are one batch here and
+    # single-token decodes when served, which Q4 kernels round differently (0.06 nats over two
+    # tokens measured); a wrong chain (a row off by one, a missing term) is nats away.
+    assert one == pytest.approx(steps[0].logprob, abs=0.01)
     assert three == pytest.approx(sum(s.logprob for s in steps[:3]), abs=0.2)
     assert shifted < three - 2
     assert ctx.tokens == prompt  # scoring left only the prompt behind
 
 
 def test_user_request_mid_judge_is_served_first(engine):
-    settings = Settings(judge_method="vote", judge_votes=2, judge_hint_votes=0, judge_max_tokens=48,
-                        judge_budget_tokens=1024)
-    judge = Judge(engine, None, settings)
+    judge = Judge(engine, None, Settings(judge_budget_tokens=1024, home=Path(tempfile.mkdtemp())))
     ctx = judge.context
     turn, ns = case(21)  # a correction
-    ctx._truncate(0)  # a cold start: the judge has a prompt to evaluate before it samples
+    ctx._truncate(0)  # a cold start: the worked examples (~1.3k tokens) are evaluated first, in batches
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(j=judge.judge_turn(turn, ns)))
+    t = threading.Thread(target=lambda: result.update(x=judge.features(turn, ns)))
     steps0, waited0 = ctx.steps, ctx.waited_s
     t.start()
     deadline = time.time() + 120
-    while ctx.steps < steps0 + 5 and time.time() < deadline:  # the judge is at work
+    while ctx.steps < steps0 + 2 and time.time() < deadline:  # the judge is at work, mid-prefill
         time.sleep(0.005)
     prompt = chat(engine, "Name three fruits.")
     t0 = time.perf_counter()
@@ -113,13 +117,13 @@ def test_user_request_mid_judge_is_served_first(engine):
         assert ctx.steps == judge_steps  # the judge made no step while the user held the engine
     judge_alive = t.is_alive()
     t.join(timeout=300)
-    j = result["j"]
+    x, _ = result["x"]
     assert first is not None and 1 + len(rest) >= 1
     assert judge_alive, "the judge was still at work when the request was served"
-    assert len(j.votes) == 2 and all(v.kind == "eval" for v in j.votes)
+    assert len(x) == 4 and all(v <= 0 for v in x[:3])  # log P of each verdict word, normalized; who answered
     assert ctx.waited_s > waited0  # the judge waited for the user, then resumed and finished
     print(f"\nmid-judge request: lock after {got_lock - t0:.3f}s, first token after {t_first - t0:.3f}s; "
-          f"judge waited {ctx.waited_s - waited0:.2f}s in all, finished with votes {[v.value for v in j.votes]}")
+          f"judge waited {ctx.waited_s - waited0:.2f}s in all, finished with {x}")
 
 
 def test_user_request_aborts_a_background_prompt_batch(engine):
@@ -183,7 +187,7 @@ def test_a_turn_that_cannot_be_judged_is_given_up_as_0(engine, tmp_path):
     store.finish_turn(turn)
     ns.turn_id = turn.id
     store.add_next_state(ns)
-    judge = Judge(engine, store, Settings(judge_hint_votes=0))
+    judge = Judge(engine, store, Settings(home=seed_judge(tmp_path / "home")))
     for _ in range(MAX_ATTEMPTS - 1):
         assert judge.run_backlog() == 0 and store.judgment(turn.id) is None
     assert judge.run_backlog() == 1

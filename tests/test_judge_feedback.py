@@ -49,3 +49,44 @@ def test_feedback_errors(daemon: Daemon):
     r = httpx.post(daemon.url + "/v1/feedback", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "error" in r.json()
     assert feedback_rows(daemon, cid) == []  # nothing bad was written
+
+
+def test_a_feedback_comment_becomes_the_turns_hint(daemon: Daemon):
+    """The comment is the turn's OPD hint (quoted), what training reads; a comment that quotes a
+    tool's result is kept as a comment but refused as a hint, and the answer says why."""
+    from clawd.store import Store
+    from clawd.train.samples import signal
+
+    cid = completion(daemon)
+    r = httpx.post(daemon.url + "/v1/feedback", json={"id": cid, "score": -1, "comment": "Answer in French."})
+    assert r.status_code == 200 and r.json()["hint"] is True and "hint_refused" not in r.json()
+    turn_id = daemon.turn(cid)["id"]
+    store = Store(daemon.db)
+    try:
+        reward, hint = signal(store, turn_id)
+        assert reward == -1 and hint is not None and "Answer in French." in hint
+
+        # a turn whose next state is a tool's result: a forced call, its result, then the user
+        # comments by pasting that result
+        tools = [{"type": "function", "function": {"name": "read", "description": "Read a file.", "parameters": {
+            "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+        body = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Read notes.txt."}],
+                "tools": tools, "tool_choice": {"type": "function", "function": {"name": "read"}},
+                "max_completion_tokens": 32}
+        first = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120).json()
+        calls = first["choices"][0]["message"]["tool_calls"]
+        output = "meeting moved to thursday at nine in room four"
+        body["messages"] += [{"role": "assistant", "content": None, "tool_calls": calls},
+                             {"role": "tool", "tool_call_id": calls[0]["id"], "content": output},
+                             {"role": "user", "content": "ok"}]
+        body.pop("tool_choice")
+        body["max_completion_tokens"] = 4
+        assert httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120).status_code == 200
+        r = httpx.post(daemon.url + "/v1/feedback", json={"id": first["id"], "score": -1,
+                                                           "comment": "it says meeting moved to thursday at nine"})
+        assert r.status_code == 200 and r.json()["hint"] is False and "tool" in r.json()["hint_refused"]
+        rows = daemon.rows("SELECT comment, hint FROM feedback f JOIN turns t ON t.id = f.turn_id"
+                           " WHERE t.completion_id = ?", (first["id"],))
+        assert rows[0]["comment"].startswith("it says") and rows[0]["hint"] is None
+    finally:
+        store.close()

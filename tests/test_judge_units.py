@@ -1,72 +1,114 @@
-"""The judge's pure parts on hand-written judge answers: parsing, majority, hint choice, cutting."""
+"""The judge's pure parts on hand-built inputs: the calibration's fit, thresholds and trust
+modes, evidence hints and the tool-output rule, cutting, and the corpus itself."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from clawd.judge import choose_hint, cut_middle, majority, parse_boxed, parse_hint, verdict_from_probs
-from clawd.records import Vote
+import numpy as np
+
+from clawd.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
+from clawd.judge import SHOTS, cut_middle
+from clawd.judge_calibration import (best_threshold, calibrate, case_turn, cross_val_probs, fit_softmax, folds,
+                                     metrics, predict, verdicts)
+from clawd.records import NextState, ToolCall, Turn
+
+DATA = Path(__file__).parent / "data"
 
 
-def test_last_boxed_counts():
-    assert parse_boxed("The user thanked them. \\boxed{1}") == 1
-    assert parse_boxed("First I thought \\boxed{1}, but the user corrected it: \\boxed{-1}") == -1
-    assert parse_boxed("\\boxed{-1} ... on reflection it is unclear \\boxed{0}") == 0
-    assert parse_boxed("score: \\boxed{ +1 }") == 1
+def test_softmax_fit_separates_separable_features():
+    # feature 0 high → +1, low → -1, middle → 0
+    x = np.array([[3.0], [2.5], [2.8], [-3.0], [-2.7], [-2.9], [0.1], [-0.1], [0.0]])
+    y = np.array([1, 1, 1, -1, -1, -1, 0, 0, 0])
+    p = predict(fit_softmax(x, y, l2=0.01, steps=2000), np.array([[2.9], [-2.9], [0.05]]))
+    assert list(p.argmax(1)) == [2, 0, 1]  # columns are -1, 0, +1
+    assert np.allclose(p.sum(1), 1)
 
 
-def test_failed_votes():
-    assert parse_boxed("The answer is good. 1") is None  # no box
-    assert parse_boxed("\\boxed{2}") is None  # out of range
-    assert parse_boxed("\\boxed{1} then \\boxed{5}") is None  # the last one is what counts
-    assert parse_boxed("\\boxed{yes}") is None
-    assert parse_boxed("\\boxed{}") is None
-    assert parse_boxed("\\boxed{1.0}") is None
-    assert parse_boxed("\\boxed{1") is None  # never closed
-    assert parse_boxed("") is None
-    assert parse_boxed("\\boxed{0}", allowed=(1, -1)) is None  # hint votes are 1 or -1
+def test_verdicts_and_metrics_by_hand():
+    p = np.array([[0.1, 0.1, 0.8], [0.6, 0.3, 0.1], [0.45, 0.1, 0.45], [0.2, 0.7, 0.1]])
+    assert list(verdicts(p, 0.5)) == [1, -1, 0, 0]  # row 2: 0.45 < 0.5 → 0; row 3: 0 is its top class
+    assert list(verdicts(p, None)) == [0, 0, 0, 0]
+    y = np.array([1, 1, -1, 0])
+    m = metrics(verdicts(p, 0.5), y)
+    # accuracy: rows 0 and 3 right = 2/4; ±1 cases are rows 0, 1, 2: row 1 wrong sign (1/3), decided 2/3
+    assert m == {"accuracy": 0.5, "wrong_sign": 0.3333, "decided": 0.6667}
 
 
-def test_majority():
-    assert majority([1, 1, -1]) == 1
-    assert majority([-1, None, -1]) == -1
-    assert majority([1, -1, None]) == 0  # a tie at the top
-    assert majority([1, -1, 0]) == 0
-    assert majority([None, None, None]) == 0  # all failed
-    assert majority([]) == 0
-    assert majority([0, 0, 1]) == 0
-    assert majority([None, None, 1]) == 1  # one valid vote is a majority of the valid ones
-    assert majority([1, 1, -1, -1, 0]) == 0
+def test_threshold_is_the_most_accurate_within_the_wrong_sign_bound():
+    # two confident right answers, one wrong-sign answer at 0.6 confidence
+    p = np.array([[0.05, 0.05, 0.9], [0.9, 0.05, 0.05], [0.6, 0.1, 0.3]])
+    y = np.array([1, -1, 1])
+    assert best_threshold(p, y, 0.0) == 0.61  # the lowest threshold that keeps row 2 undecided
+    assert best_threshold(p, y, 0.5) == 0.34  # a loose bound: decide everything
+    assert best_threshold(np.array([[0.9, 0.05, 0.05]]), np.array([1]), 0.0) is None  # only wrong answers
 
 
-def test_hint_parsing_and_choice():
-    raw = "\\boxed{1}\n[HINT_START]Ask which city the user means before booking.[HINT_END]"
-    assert parse_hint(raw) == "Ask which city the user means before booking."
-    assert parse_hint("[HINT_START]one[HINT_END] and [HINT_START] two [HINT_END]") == "two"
-    assert parse_hint("[HINT_START]no end marker, ends here\n\nan unrelated paragraph") == "no end marker, ends here"
-    # as small models write them
-    assert parse_hint("\\boxed{1} HINT_START\nSay Ottawa.") == "Say Ottawa."
-    assert parse_hint("1. **HINT_START**: Name one title.\n2. **HINT_END**: because") == "Name one title."
-    assert parse_hint("no markers at all") is None
-    assert parse_hint("[HINT_START][HINT_END]") is None
-    votes = [
-        Vote("hint", "", 1, "Use Ottawa, not Toronto."),
-        Vote("hint", "", 1, "The capital of Canada is Ottawa; check facts before answering."),
-        Vote("hint", "", -1, "A much longer hint that came with a negative vote and must be ignored entirely."),
-        Vote("hint", "", 1, "short"),  # 10 characters or fewer: not a hint
-    ]
-    assert choose_hint(votes) == "The capital of Canada is Ottawa; check facts before answering."
-    assert choose_hint([Vote("hint", "", 1, "0123456789")]) is None  # exactly 10 is not over 10
-    assert choose_hint([Vote("hint", "", -1, None), Vote("hint", "", None, None)]) is None
-    assert choose_hint([]) is None
+def test_folds_are_stratified_and_cross_validation_never_sees_its_case():
+    y = np.array([1] * 10 + [-1] * 10 + [0] * 5)
+    f = folds(y)
+    for i in range(5):
+        assert (y[f == i] == 1).sum() == 2 and (y[f == i] == -1).sum() == 2 and (y[f == i] == 0).sum() == 1
+    # one case whose feature contradicts its label: cross-validation must get it wrong (a fit that
+    # had seen it could not be this sure)
+    x = np.where(y[:, None] == 1, 2.0, np.where(y[:, None] == -1, -2.0, 0.0)) + np.linspace(0, 0.1, 25)[:, None]
+    x[0] = -2.0
+    assert cross_val_probs(x, y)[0].argmax() == 0
 
 
-def test_verdict_from_probs():
-    assert verdict_from_probs({"1": 0.7, "-1": 0.2, "0": 0.1}, 0.1) == 1
-    assert verdict_from_probs({"1": 0.2, "-1": 0.75, "0": 0.05}, 0.3) == -1
-    assert verdict_from_probs({"1": 0.45, "-1": 0.4, "0": 0.15}, 0.1) == 0  # margin not cleared
-    assert verdict_from_probs({"1": 0.1, "-1": 0.1, "0": 0.8}, 0.0) == 0
+def test_trust_modes():
+    rng = np.random.default_rng(0)
+    y = np.array([1] * 40 + [-1] * 40 + [0] * 20)
+    good = np.stack([y * 3.0 + rng.normal(0, 0.3, 100), (y == 0) * 3.0 + rng.normal(0, 0.3, 100)], 1)
+    cal = calibrate(good, y, "m.gguf", "ask", min_accuracy=0.8, max_wrong_sign=0.03, seconds_per_case=1.0)
+    assert cal.mode == "trusted" and cal.cv["accuracy"] >= 0.95 and cal.cv["wrong_sign"] <= 0.03
+    assert cal.verdict(cal.probs([3.0, 0.0])) == 1 and cal.verdict(cal.probs([-3.0, 0.0])) == -1
+    noise = rng.normal(0, 1, (100, 2))
+    bad = calibrate(noise, y, "m.gguf", "ask", min_accuracy=0.8, max_wrong_sign=0.03, seconds_per_case=1.0)
+    assert bad.mode in ("confident_only", "feedback_only")
+    if bad.mode == "feedback_only":
+        assert bad.threshold is None and bad.verdict(bad.probs([5.0, 5.0])) == 0
+    else:
+        assert bad.cv["wrong_sign"] == 0
+    assert "fit" not in bad.summary()
+
+
+def _turn(text="", calls=(), messages=None):
+    return Turn(session_id=1, index=0, kind="main", completion_id="c", prompt_ids=[],
+                request={"messages": messages or [{"role": "user", "content": "hi"}]}, text=text,
+                tool_calls=[ToolCall(id=f"call_{i}", name=n, arguments=a) for i, (n, a) in enumerate(calls)])
+
+
+def test_evidence_hints():
+    t = _turn("1. one\n2. two")
+    ns = NextState(turn_id=1, role="user", content="No lists.", messages=[{"role": "user", "content": "No lists."}])
+    h = evidence_hint(t, ns, -1)
+    assert h is not None and '"No lists."' in h
+    assert evidence_hint(t, ns, 1) is None and evidence_hint(t, ns, 0) is None
+    tool = _turn(calls=[("read", '{"path": "setings.json"}')])
+    out = "Error: ENOENT: no such file or directory, open 'setings.json'"
+    ns = NextState(turn_id=1, role="tool", content=out, messages=[{"role": "tool", "content": out}])
+    h = evidence_hint(tool, ns, -1)
+    assert h is not None and "read(" in h and "ENOENT" not in h and not quotes_tool_output(h, [out])
+
+
+def test_a_hint_that_quotes_a_tool_result_is_refused():
+    out = "port: 8080\nhost: 127.0.0.1\nsecret_token: abc123 expires tomorrow at noon"
+    t = _turn(calls=[("read", '{"path": "config.yaml"}')])
+    ns = NextState(turn_id=1, role="tool", content=out, messages=[{"role": "tool", "content": out}])
+    assert quotes_tool_output("The token abc123 expires tomorrow at noon.", tool_texts(t, ns))
+    assert not quotes_tool_output("Read the config before answering.", tool_texts(t, ns))
+    assert quotes_tool_output("It says 8080", ["8080"])  # a short result quoted whole
+    hint, why = feedback_hint("secret_token: abc123 expires tomorrow, use it", t, ns)
+    assert hint is None and "tool" in why
+    hint, why = feedback_hint("Too long, answer in one line.", t, ns)
+    assert hint is not None and "Too long, answer in one line." in hint and why is None
+    assert feedback_hint("  ", t, ns) == (None, None)
+    # a user correction that pastes the tool's output back is not a hint either
+    user_ns = NextState(turn_id=1, role="user", content="x", messages=[
+        {"role": "tool", "content": out}, {"role": "user", "content": "wrong, it says secret_token: abc123 expires tomorrow"}])
+    assert evidence_hint(t, user_ns, -1) is None
 
 
 def test_cut_middle_keeps_both_ends():
@@ -77,11 +119,31 @@ def test_cut_middle_keeps_both_ends():
     assert cut_middle("short", 300) == "short"
 
 
-def test_corpus_is_well_formed():
-    lines = (Path(__file__).parent / "data" / "judge_cases.jsonl").read_text().splitlines()
-    cases = [json.loads(x) for x in lines]
-    assert len(cases) >= 60 and len({c["id"] for c in cases}) == len(cases)
-    assert {c["label"] for c in cases} == {1, 0, -1}
-    for c in cases:
-        assert c["messages"][-1]["role"] == "user" and c["next_state"]["role"] in ("user", "tool")
-        assert c["output"]["text"] or c["output"]["tool_calls"]
+FAMILIES = {"terse_imperative": -1, "polite_request": -1, "sarcasm": -1, "rephrase_repeat": -1, "correction": -1,
+            "tool_error": -1, "implicit_move_on": 1, "thanks": 1, "tool_success": 1}
+
+
+def test_corpus_is_well_formed_and_the_splits_are_apart():
+    splits = {}
+    for name in ("judge_cases.jsonl", "judge_heldout.jsonl"):
+        cases = [json.loads(x) for x in (DATA / name).read_text().splitlines()]
+        assert len({c["id"] for c in cases}) == len(cases)
+        for c in cases:
+            assert c["messages"][-1]["role"] == "user" and c["next_state"]["role"] in ("user", "tool")
+            assert c["output"]["text"] or c["output"]["tool_calls"]
+            assert FAMILIES.get(c["family"], c["label"]) == c["label"], c["id"]
+            if c["next_state"]["role"] == "tool":
+                assert c["output"]["tool_calls"]
+            for call in c["output"]["tool_calls"]:
+                json.loads(call["arguments"])
+            case_turn(c)
+        splits[name] = cases
+    tune, held = splits.values()
+    assert len(tune) + len(held) >= 150 and len(held) >= 60
+    assert {c["label"] for c in tune} == {1, 0, -1}
+    # no case (a request with what came after it), and no worked example, appears in two places
+    def pairs(cs):
+        return {(c["messages"][-1]["content"].strip().lower(), c["next_state"]["messages"][-1]["content"].strip().lower())
+                for c in cs}
+    assert not pairs(tune) & pairs(held)
+    assert not {(s[0].lower(), s[3].lower()) for s in SHOTS} & (pairs(tune) | pairs(held))

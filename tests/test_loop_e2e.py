@@ -1,5 +1,7 @@
 """The loop runs by itself: conversations whose next messages carry feedback are judged, trained
-on, gated, published and hot-swapped with no manual command (issue 6)."""
+on, gated, published and hot-swapped with no manual command (issue 6). The bundled model's judge
+is not trusted (its calibration says so), so the user's thumbs, with comments that become OPD
+hints, are what it learns from."""
 
 from __future__ import annotations
 
@@ -10,28 +12,30 @@ import time
 
 import httpx
 
-from conftest import Daemon
+from conftest import Daemon, seed_judge
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 CONVERSATIONS = [
-    ("What is the capital of France?", "Thanks, that's exactly right!"),
-    ("Give me a word that rhymes with cat.", "No, that's wrong. That does not rhyme at all, try again."),
-    ("What is 2 + 2?", "Perfect, thank you."),
-    ("Name a color of the sky.", "Wrong. I asked for a color, you ignored the question. Redo it."),
+    ("What is the capital of France?", "Thanks, that's exactly right!", 1),
+    ("Give me a word that rhymes with cat.", "No, that's wrong. That does not rhyme at all, try again.", -1),
+    ("What is 2 + 2?", "Perfect, thank you.", 1),
+    ("Name a color of the sky.", "Wrong. I asked for a color, you ignored the question. Redo it.", -1),
 ]
 
 
 def test_daemon_judges_trains_publishes_by_itself(fresh_home):
-    d = Daemon(fresh_home, "--idle-seconds", "1", "--tick-seconds", "0.5", "--train-batch", "2",
-               "--judge-margin", "0", "--judge-hint-votes", "1", "--max-train-tokens", "512").start()
+    d = Daemon(seed_judge(fresh_home), "--idle-seconds", "1", "--tick-seconds", "0.5", "--train-batch", "2",
+               "--max-train-tokens", "512").start()
     try:
         c = d.client()
-        for question, reaction in CONVERSATIONS:
+        for question, reaction, thumb in CONVERSATIONS:
             first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
             a = c.chat.completions.create(model="clawd", messages=first, max_tokens=24, temperature=0.7)
             follow = first + [{"role": "assistant", "content": a.choices[0].message.content},
                               {"role": "user", "content": reaction}]
             c.chat.completions.create(model="clawd", messages=follow, max_tokens=8)
+            r = httpx.post(d.url + "/v1/feedback", json={"id": a.id, "score": thumb, "comment": reaction}, timeout=30)
+            assert r.status_code == 200 and r.json()["hint"] is True
         deadline = time.time() + 900
         st = {}
         while time.time() < deadline:

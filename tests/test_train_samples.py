@@ -18,7 +18,7 @@ from clawd.serve import protocol
 from clawd.store import Store
 from clawd.train import samples as S
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "openclaw"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real OpenClaw requests (README there)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,6 @@ def template():
     return S.gguf_template(bundled_model_path())
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="OpenClaw fixtures not present")
 @pytest.mark.parametrize("name", ["tool_followup_request", "turn2_same_session", "compaction_request"])
 def test_recorded_request_normalizes_as_served(name):
     """A request read back from its JSON record normalizes to the messages serve rendered (the

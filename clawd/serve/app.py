@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..hints import feedback_hint
 from ..records import Feedback
 from ..store import StorageError
 from . import protocol
@@ -118,8 +119,12 @@ def create_app(daemon: Any) -> FastAPI:
         if turn is None:
             raise protocol.ApiError(404, f"No completion with id '{body['id']}' was recorded.", param="id",
                                     code="not_found")
-        await asyncio.to_thread(daemon.store.set_feedback, Feedback(turn_id=turn.id, score=score, comment=comment))
-        return {"ok": True, "id": body["id"], "turn_id": turn.id, "score": score}
+        ns = await asyncio.to_thread(daemon.store.next_state, turn.id)
+        hint, refused = feedback_hint(comment, turn, ns)
+        await asyncio.to_thread(daemon.store.set_feedback,
+                                Feedback(turn_id=turn.id, score=score, comment=comment, hint=hint))
+        out = {"ok": True, "id": body["id"], "turn_id": turn.id, "score": score, "hint": hint is not None}
+        return {**out, "hint_refused": refused} if refused else out
 
     # -- adapters (publish): daemon.adapters raises LookupError (unknown version) or ValueError
     @app.get("/v1/clawd/adapters")

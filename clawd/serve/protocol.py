@@ -146,6 +146,9 @@ def normalize_messages(req: ChatRequest) -> list[dict[str, Any]]:
     called: set[str] = set()
     for i, m in enumerate(req.messages):
         where = f"messages.{i}"
+        if m.content is None and m.role != "assistant":  # only an assistant message may be content-less (tool calls)
+            raise ApiError(400, f"Invalid value for '{where}.content': expected a string or an array of content "
+                           f"parts, got null. A {m.role} message needs content.", param=f"{where}.content")
         _text(m.content, where)
         if m.tool_calls:
             if m.role != "assistant":

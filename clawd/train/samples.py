@@ -163,11 +163,13 @@ def fit(prompt: list[int], completion: list[int], keep: int, limit: int) -> tupl
 
 
 def signal(store: Store, turn_id: int) -> tuple[float, str | None]:
-    """(reward, hint) of a turn: explicit feedback overrides the judge's score; the hint is the judge's."""
+    """(reward, hint) of a turn: explicit feedback overrides the judge. The hint is the feedback's
+    comment when it gave one, else the judge's, unless the user approved what the judge faulted."""
     fb, j = store.feedback(turn_id), store.judgment(turn_id)
     reward = fb.score if fb is not None else (j.score if j is not None else 0)
-    hint = j.hint if j is not None and j.hint and j.hint.strip() else None
-    return float(reward), hint
+    judge_hint = j.hint if j is not None and (fb is None or fb.score < 0) else None
+    hint = (fb.hint if fb is not None and fb.hint else None) or judge_hint
+    return float(reward), hint if hint and hint.strip() else None
 
 
 def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, encode: Encode, limit: int) -> Sample:
@@ -214,7 +216,8 @@ def ready_turns(store: Store, method: str, limit: int) -> list[int]:
             "SELECT t.id FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
             " WHERE t.kind = 'main' AND t.status = 'ok' AND length(t.completion_ids) > 0"
             " AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
-            " AND ((? AND COALESCE(f.score, j.score) != 0) OR (? AND trim(COALESCE(j.hint, '')) != ''))"
+            " AND ((? AND COALESCE(f.score, j.score) != 0) OR (? AND trim(COALESCE(f.hint,"
+            "      CASE WHEN f.turn_id IS NULL OR f.score < 0 THEN j.hint END, '')) != ''))"
             " AND t.id NOT IN (SELECT u.turn_id FROM train_uses u JOIN train_runs r ON r.id = u.run_id"
             "                  WHERE r.status = 'done')"
             " ORDER BY t.id LIMIT ?", (int(rl), int(opd), limit)).fetchall()
