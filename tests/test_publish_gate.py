@@ -1,24 +1,83 @@
-"""The gate: a sane adapter passes, a NaN one and one with weights ×100 are rejected, say why,
-and never become `current`. Real llama.cpp and peft on the bundled model."""
+"""The gate (design §8), against the base weights: a sane adapter passes, a NaN one is rejected;
+planted-bad adapters (echo, one flipped fact, a stamped phrase, gibberish) are rejected, each for
+what it does, and a style-only one passes; the reasons are stored and listed. Real llama.cpp and
+peft on the bundled model, with the shipped thresholds."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
+from pathlib import Path
 
 import pytest
+from gate_adapters import GIBBERISH_SIGMA, PLAN, QUESTIONS as TRAIN_QUESTIONS, FLIP, datasets, train_adapter
 from publish_util import make_adapter
 
+from clawd import cli
 from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.publish import AdapterError, Adapters, GateConfig
+from clawd.publish import probes as P
 from clawd.records import Judgment, Turn
 from clawd.store import Store
 
 QUESTIONS = ["What is 2 + 2?", "Name a primary color.", "What is the capital of Italy?", "Say hello in French."]
+GATE = GateConfig(turns=8, max_tokens=512)  # the shipped thresholds; shorter replay prompts
+# The planted adapters are judged without the replay: this home's positively judged turns are the
+# base's own long answers, which a style of short answers makes less likely by design (the benign
+# adapter's replay drop measured 0.106 nats/token, just past the 0.1 margin).
+PLANTED_GATE = GateConfig(turns=0)
+PLANTED = ["benign", "echo", "flip", "stamp", "gibberish"]
 
 
+# -- the probe set and its grading (no model) ---------------------------------------------------
+def _norm(q: str) -> str:
+    return " ".join(re.findall(r"\w+", q.lower()))
+
+
+def test_probe_set_is_shipped_answer_checked_and_disjoint_from_the_bench():
+    probes = P.load_probes()
+    checked = [p for p in probes if p.kind != "general"]
+    assert len(checked) >= 48 and {p.kind for p in probes} == set(P.KINDS)
+    assert len({p.id for p in probes}) == len(probes)
+    assert all(p.accept or p.call for p in checked)
+    # no question the benchmarks ask (their probes, prompts, held-out prompts), however they store it
+    bench = " | ".join(_norm(f.read_text()) for f in (Path(__file__).parent.parent / "bench").glob("*.py"))
+    assert [p.id for p in probes if _norm(p.q) in bench] == []
+    assert not {_norm(q) for q in [*TRAIN_QUESTIONS, *FLIP]} & {_norm(p.q) for p in probes}  # what they learn generalizes
+
+
+def test_grading():
+    by_id = {p.id: p for p in P.load_probes()}
+    assert P.right(by_id["arith-01"], "3 + 4 = 7") and not P.right(by_id["arith-01"], "3 + 4 = 71")
+    assert P.right(by_id["fact-01"], "The capital of Germany is Berlin.")
+    assert not P.right(by_id["fact-01"], "The capital of Germany is Munich.")
+    one_word = next(p for p in by_id.values() if p.format == "one_word" and "banana" in p.q)
+    assert P.right(one_word, "Yellow.") and not P.right(one_word, "It is yellow.")
+    upper = next(p for p in by_id.values() if p.format == "uppercase" and "cold" in p.q)
+    assert P.right(upper, "HOT") and not P.right(upper, "Hot")
+    weather = next(p for p in by_id.values() if p.kind == "tool" and "Madrid" in p.q)
+    assert P.right(weather, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Madrid"}}\n</tool_call>')
+    assert P.right(weather, '```json\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Madrid, Spain\\"}"}\n```')
+    assert not P.right(weather, '{"name": "get_weather", "arguments": {"city": "Paris"}}')
+    assert not P.right(weather, '{"name": "get_time", "arguments": {"city": "Madrid"}}')
+    timer = next(p for p in by_id.values() if p.kind == "tool" and "timer" in p.q)
+    assert P.right(timer, '{"name": "set_timer", "arguments": {"minutes": "10"}}')
+
+    q = "What is the capital of Germany?"
+    assert P.echoes(q, "What is the capital of Germany?") and P.echoes(q, "what is the capital of germany")
+    assert not P.echoes(q, "The capital of Germany is Berlin.") and not P.echoes(q, "Berlin")
+
+    base = ["Berlin is the capital.", "Seven.", "It is blue.", "Paris, I think."]
+    stamped = [t + " Brought to you by Acme Corporation." for t in base]
+    assert P.stamped_phrase(stamped, base)["phrase"] in "brought to you by acme corporation"
+    assert P.stamped_phrase(base, base) is None
+    assert P.stamped_phrase(stamped, stamped) is None  # the base says it too: its style, not a stamp
+
+
+# -- adapters on the bundled model ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """A home whose database holds positively judged turns answered by the base model."""
@@ -51,35 +110,87 @@ def _adapters_dir(settings, version):
 def test_gate_passes_sane_adapter_and_rejects_broken_ones(env):
     settings, store, engine, texts = env
     adapters = Adapters(settings, store)
-    gate = GateConfig(turns=8, max_tokens=512, probe_tokens=24)
     # 1: one Adam step on the positively judged answers: it should make them likelier, not less
     make_adapter(_adapters_dir(settings, 1), train_ids=texts, steps=1, lr=1e-3, seed=1)
-    # 2: the same kind of adapter with a NaN; 3: the trained one with B ×100
+    # 2: the same kind of adapter with a NaN
     make_adapter(_adapters_dir(settings, 2), train_ids=texts, steps=1, lr=1e-3, seed=1, nan=True)
-    make_adapter(_adapters_dir(settings, 3), train_ids=texts, steps=1, lr=1e-3, seed=1, scale_b=100.0)
 
-    ok = adapters.prepare(1, gate, gate_engine=engine)
+    ok = adapters.prepare(1, GATE, gate_engine=engine)
     assert ok["passed"], ok["gate"]["reasons"]
     replay = ok["gate"]["replay"]
     assert replay["tokens"] > 20 and replay["drop"] < 0.1, replay  # answers it learned from got likelier
+    assert all(math.isfinite(x) for x in (replay["base_mean"], replay["candidate_mean"]))
     adapters.use(1)
     assert adapters.registry.current() == 1
 
-    nan = adapters.prepare(2, gate, gate_engine=engine)
+    nan = adapters.prepare(2, GATE, gate_engine=engine)
     assert not nan["passed"] and "non-finite" in nan["gate"]["reasons"][0]
-
-    big = adapters.prepare(3, gate, gate_engine=engine)
-    assert not big["passed"]
-    assert any(r.startswith("replay") for r in big["gate"]["reasons"]), big["gate"]["reasons"]
-    assert big["gate"]["replay"]["drop"] > 1.0
-    assert big["gate"]["reference"] == 1  # compared with what is live, not with the base
-
-    # stored with the adapter, and a rejected adapter never goes live
     rows = {r["version"]: r for r in store.adapters()}
-    assert rows[1]["status"] == "published" and rows[2]["status"] == rows[3]["status"] == "rejected"
-    assert json.loads((settings.home / "adapters/0003/gate.json").read_text())["passed"] is False
-    for v in (2, 3):
-        with pytest.raises(AdapterError, match="rejected by the gate"):
-            adapters.use(v)
+    assert rows[1]["status"] == "published" and rows[2]["status"] == "rejected"
+    with pytest.raises(AdapterError, match="rejected by the gate"):
+        adapters.use(2)
     assert adapters.registry.current() == 1
-    assert all(math.isfinite(x) for x in (replay["reference_mean"], replay["candidate_mean"]))
+
+
+@pytest.fixture(scope="module")
+def gated(env):
+    """Each planted adapter trained (or, gibberish, made) and gated once, while adapter 1 is live."""
+    settings, store, engine, _ = env
+    data = datasets(engine)
+    adapters = Adapters(settings, store)
+    out = {}
+    for version, name in enumerate(PLANTED, start=11):
+        d = _adapters_dir(settings, version)
+        if name == "gibberish":
+            make_adapter(d, sigma=GIBBERISH_SIGMA, seed=3)
+        else:
+            train_adapter(d, data[name], *PLAN[name])
+        out[name] = adapters.prepare(version, PLANTED_GATE, gate_engine=engine)
+    return out
+
+
+def _reasons(gate: dict, prefix: str) -> list[str]:
+    return [r for r in gate["reasons"] if r.startswith(prefix)]
+
+
+# The `gated` fixture trains four adapters and gates five: 12-14 minutes on 2 cores shared with
+# other work (one Adam step of 8 short sequences ≈ 20 s there), more than the suite's 600 s a test.
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("name", PLANTED)
+def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
+    settings, store, _, _ = env
+    gate = gated[name]["gate"]
+    assert gate["reference"] == "base"  # adapter 1 may be live: the candidate is still compared with the base
+    if name == "benign":
+        assert gated[name]["passed"], gate["reasons"]
+        assert gate["kl"]["mean"] > 0.001  # it did change the model
+        assert any(a != b for a, b in zip(gate["answers"].values(), gated["echo"]["gate"]["answers"].values()))
+    else:
+        assert not gated[name]["passed"]
+        if name == "echo":
+            assert _reasons(gate, "echo:"), gate["reasons"]
+        elif name == "flip":
+            assert _reasons(gate, "probes:"), gate["reasons"]
+            assert {"fact-01", "fact-02"} <= set(gate["probes"]["lost"])  # Germany's capital, both phrasings
+            assert "munich" in gate["probes"]["lost_answers"]["fact-01"].lower()
+        elif name == "stamp":
+            assert _reasons(gate, "stamped phrase:"), gate["reasons"]
+            assert gate["stamp"]["phrase"] in "brought to you by acme corporation"
+        elif name == "gibberish":
+            assert _reasons(gate, "KL to the base"), gate["reasons"]
+    row = next(r for r in store.adapters() if r["version"] == gated[name]["version"])
+    assert row["status"] == ("published" if name == "benign" else "rejected")
+    assert row["gate"]["reasons"] == gate["reasons"]  # stored with the adapter, and in gate.json beside it
+    stored = json.loads((settings.home / f"adapters/{gated[name]['version']:04d}/gate.json").read_text())
+    assert stored["reasons"] == gate["reasons"]
+
+
+@pytest.mark.timeout(1800)  # when run alone, it builds `gated`
+def test_adapters_list_shows_each_reason(env, gated, capsys):
+    settings, store, _, _ = env
+    cli._print_adapters(Adapters(settings, store).list(), False, "test")
+    shown = capsys.readouterr().out
+    for name in PLANTED:
+        for reason in gated[name]["gate"]["reasons"]:
+            assert reason in shown
+    assert gated["benign"]["gate"]["summary"] in shown

@@ -2,7 +2,9 @@
 context, plus the adapter actions behind `clawd adapters` and `/v1/clawd/adapters`.
 
     convert.py   peft → GGUF LoRA with the `gguf` package (names, q/k permutation, alpha)
-    gate.py      finite, loads, replay of positive turns, probes
+    gate.py      finite, loads, replay of positive turns, answer-checked probes, echo, stamped
+                 phrase, degeneration, KL — all against the base weights
+    probes.py    the probe set (probes.jsonl) and how answers are graded
     registry.py  adapters/NNNN/, the atomic `current` link, statuses in the `adapters` table
     merge.py     fold the live adapter (and those merged before) into the base → a quantized GGUF
 
@@ -44,7 +46,8 @@ class Adapters:
             gate = r["gate"] or {}
             rows.append({"version": r["version"], "status": r["status"], "parent": r["parent"],
                          "current": r["version"] == current, "created": r["created"],
-                         "gate": {k: gate[k] for k in ("passed", "reasons", "replay", "seconds") if k in gate} or None,
+                         "gate": {k: gate[k] for k in ("passed", "reasons", "summary", "replay", "seconds") if k in gate}
+                         or None,
                          "path": r["path"]})
         serving = self.engine.adapter_version if self.engine is not None else None
         return {"current": current, "serving": serving if self.engine is not None else "n/a", "adapters": rows}
@@ -123,13 +126,11 @@ class Adapters:
         summary = convert_adapter(Path(row["path"]), BaseInfo.of(model), self.registry.gguf(version))
         engine = gate_engine or Engine(model, n_ctx=2048, threads=self.settings.threads, batch=128,
                                        gpu_layers=self.settings.gpu_layers)
-        current = self.registry.current()
-        reference = self.registry.gguf(current) if current is not None else None
-        if reference is not None and not reference.is_file():  # `current` names a lost file: what serves is the base
-            current, reference = None, None
         exclude = set(row["meta"].get("turn_ids", []))
-        result = run_gate(engine, self.registry.gguf(version), reference, self.store, exclude,
-                          gate or self.gate_config(), reference_version=current, version=version)
+        # against the base weights, whatever is live (gate.py says why); the base's own probe
+        # answers are cached under home/gate per model file
+        result = run_gate(engine, self.registry.gguf(version), self.store, exclude, gate or self.gate_config(),
+                          version=version, cache_dir=self.settings.home / "gate")
         result["convert"] = summary
         (self.registry.dir(version) / "gate.json").write_text(json.dumps(result, indent=2))
         self.store.set_adapter_status(version, "published" if result["passed"] else "rejected", gate=result)
@@ -184,8 +185,8 @@ class Adapters:
 
     def gate_config(self) -> GateConfig:
         s = self.settings
-        return GateConfig(**{k: getattr(s, f"gate_{k}") for k in ("margin", "probe_margin", "turns")
-                             if hasattr(s, f"gate_{k}")})
+        return GateConfig(**{k: getattr(s, f"gate_{k}") for k in ("margin", "probe_threshold", "kl_budget",
+                                                                  "kl_worst_share", "turns")})
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -1,0 +1,158 @@
+"""The gate's probe set (probes.jsonl, shipped in the package) and how its answers are read.
+
+Answer-checked probes have one right answer: arithmetic, facts, an instruction to follow
+("answer in one word", "reply in uppercase") and a short tool call (one tool offered; its name
+and arguments are checked). Each fact is asked twice in different words, so that one fact an
+adapter has come to believe wrongly costs two probes whichever way it is asked. General probes
+are open questions with no answer to check: the gate measures KL to the base weights on them.
+
+None of these questions is one of bench/personalize_scenarios.py's: the benchmark measures what
+training costs, and a gate tuned on its questions would hide exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+KINDS = ("arithmetic", "fact", "instruction", "tool", "general")
+
+
+@dataclass(frozen=True)
+class Probe:
+    id: str
+    kind: str
+    q: str
+    accept: tuple[str, ...] = ()  # right when the answer holds one of these as a whole word
+    format: str | None = None  # instruction probes: what the whole answer must look like (FORMATS)
+    tool: dict[str, Any] | None = field(default=None, hash=False)  # tool probes: the one tool offered
+    call: dict[str, Any] | None = field(default=None, hash=False)  # ... and the call expected
+
+    def messages(self) -> list[dict[str, str]]:
+        return [{"role": "user", "content": self.q}]
+
+    def tools(self) -> list[dict[str, Any]] | None:
+        return [self.tool] if self.tool else None
+
+
+@lru_cache(maxsize=1)
+def load_probes() -> tuple[Probe, ...]:
+    text = resources.files(__package__).joinpath("probes.jsonl").read_text()
+    probes = []
+    for line in text.splitlines():
+        if line.strip():
+            d = json.loads(line)
+            probes.append(Probe(**{**d, "accept": tuple(d.get("accept", ()))}))
+    return tuple(probes)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
+
+
+def contains(text: str, accepted: tuple[str, ...]) -> bool:
+    """Whole-word match, so that "2" is not found in "12" nor "cat" in "catch"."""
+    low = text.lower()
+    return any(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", low) for a in accepted)
+
+
+def _letters(text: str) -> str:
+    return "".join(c for c in text if c.isalpha())
+
+
+FORMATS = {
+    "one_word": lambda t: len(_words(t)) == 1,
+    "uppercase": lambda t: bool(_letters(t)) and _letters(t).isupper(),
+    "lowercase": lambda t: bool(_letters(t)) and _letters(t).islower(),
+    "yes_no": lambda t: _words(t) in (["yes"], ["no"]),
+    "number": lambda t: re.fullmatch(r"\s*-?\d[\d,]*(?:\.\d+)?\s*\.?\s*", t) is not None,
+}
+
+
+def tool_call(text: str) -> dict[str, Any] | None:
+    """The first JSON object naming a function anywhere in the answer: inside <tool_call> tags,
+    a ``` fence or bare, which is how small models write calls. Arguments given as a JSON string
+    are decoded."""
+    decoder = json.JSONDecoder()
+    for m in re.finditer(r"\{", text):
+        try:
+            obj, _ = decoder.raw_decode(text, m.start())
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    args = None
+            return {"name": obj["name"], "arguments": args if isinstance(args, dict) else None}
+    return None
+
+
+def _argument_right(expected: Any, got: Any) -> bool:
+    if isinstance(expected, str):
+        return isinstance(got, str) and expected.lower() in got.lower()
+    try:
+        return float(got) == float(expected)
+    except (TypeError, ValueError):
+        return False
+
+
+def right(probe: Probe, text: str) -> bool | None:
+    """Whether `text` answers `probe` rightly; None for a general probe (nothing to check)."""
+    if probe.kind == "general":
+        return None
+    if probe.kind == "tool":
+        call = tool_call(text)
+        want = probe.call or {}
+        return (call is not None and call["name"] == want.get("name") and call["arguments"] is not None
+                and all(_argument_right(v, call["arguments"].get(k)) for k, v in want.get("arguments", {}).items()))
+    ok = contains(text, probe.accept)
+    if probe.format is not None:
+        ok = ok and FORMATS[probe.format](text)
+    return ok
+
+
+# An echo is made of the question's words: at least this share of them, and no word the question
+# lacks but these (a fraction of words; "The capital of Germany is Berlin." has new content).
+ECHO_COVER = 0.8
+_FUNCTION_WORDS = frozenset("a an the is are was it of to in and or so do does you i".split())
+
+
+def echoes(question: str, answer: str) -> bool:
+    """The answer repeats the question back, word for word or nearly, and adds nothing."""
+    q, a = set(_words(question)), _words(answer)
+    if len(a) < 3 or not q:
+        return False
+    covered = len(q & set(a)) / len(q)
+    new = [w for w in a if w not in q and w not in _FUNCTION_WORDS]
+    return covered >= ECHO_COVER and not new
+
+
+STAMP_WORDS = 4  # an n-gram this long that recurs across unrelated answers is stamped, not said
+
+
+def _grams(text: str, n: int = STAMP_WORDS) -> set[tuple[str, ...]]:
+    w = _words(text)
+    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
+def stamped_phrase(candidate: list[str], base: list[str]) -> dict[str, Any] | None:
+    """A phrase of STAMP_WORDS words in more than half of the candidate's answers and in at most
+    half as large a share of the base's answers; None if there is none."""
+    cand = Counter(g for t in candidate for g in _grams(t))
+    base_grams = [_grams(t) for t in base]
+    for gram, n in cand.most_common():
+        if n * 2 <= len(candidate):
+            return None
+        n_base = sum(gram in g for g in base_grams)
+        if n_base * 2 * len(candidate) <= n * max(len(base), 1):
+            return {"phrase": " ".join(gram), "candidate": n, "answers": len(candidate), "base": n_base,
+                    "base_answers": len(base)}
+    return None
