@@ -77,6 +77,19 @@ def report(cases: list[dict], v: np.ndarray, p: np.ndarray) -> dict:
                       for i, c in enumerate(cases)]}
 
 
+def timing(judge: Judge, cases: list[dict], method: str) -> dict:
+    """Seconds per judged turn once the fixed prefix is cached, on every 5th case: what the
+    daemon pays per turn of a backlog (the figures above also hold the first, cold prefix)."""
+    judge.features(*case_turn(cases[0]), method=method)
+    ts = []
+    for c in cases[1::5]:
+        t = time.perf_counter()
+        judge.features(*case_turn(c), method=method)
+        ts.append(time.perf_counter() - t)
+    return {"turns": len(ts), "median_s": round(float(np.median(ts)), 3), "mean_s": round(float(np.mean(ts)), 3),
+            "max_s": round(max(ts), 3)}
+
+
 def mid_judge_wait(judge: Judge, cases: list[dict], reps: int) -> dict:
     """A user request sent while the judge evaluates a turn: how long it waited for the engine
     (the judge yields between decode steps and aborts a prompt batch for it)."""
@@ -117,6 +130,13 @@ def print_summary(name: str, method: str, res: dict) -> None:
     print(f"  {method:5s} mode {res['mode']} threshold {res['threshold']}  {res['s_per_turn']:.2f} s/turn")
 
 
+def write(args: argparse.Namespace, model: Path, out: dict) -> Path:
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"judge-{model.stem}{'-tune' if args.split == 'tune' else ''}.json"
+    path.write_text(json.dumps(out, indent=1))
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", type=Path, help="GGUF to judge with (repeatable)")
@@ -124,6 +144,7 @@ def main() -> None:
     ap.add_argument("--split", choices=("tune", "all"), default="all", help="'tune' never reads the held-out split")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--wait-reps", type=int, default=3, help="user requests sent mid-judge (0 = skip)")
+    ap.add_argument("--timing-only", action="store_true", help="only seconds per turn (run it on a quiet machine)")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -138,12 +159,17 @@ def main() -> None:
         out: dict = {"model": model.name, "tune_cases": len(tune), "heldout_cases": len(held),
                      "min_accuracy": settings.judge_min_accuracy, "max_wrong_sign": settings.judge_max_wrong_sign}
         print(f"\n{model.name}: {len(tune)} tuning cases, {len(held)} held-out", file=sys.stderr)
+        if args.timing_only:
+            for method in args.methods.split(","):
+                print(f"{model.name} {method}: {timing(judge, tune, method)}")
+            continue
         for method in args.methods.split(","):
             x, s_tune = features(judge, tune, method)
             y = np.array([c["label"] for c in tune])
             cal = calibrate(x, y, model.name, method, settings.judge_min_accuracy, settings.judge_max_wrong_sign, s_tune)
             p_cv = cross_val_probs(x, y)
             res = {"mode": cal.mode, "threshold": cal.threshold, "s_per_turn": round(s_tune, 3),
+                   "cv_trusted": cal.cv_trusted,
                    "tune_cv": report(tune, verdicts(p_cv, cal.threshold), p_cv)}
             if held:
                 xh, s_held = features(judge, held, method)
@@ -152,13 +178,11 @@ def main() -> None:
                 res["s_per_turn"] = round((s_tune * len(tune) + s_held * len(held)) / (len(tune) + len(held)), 3)
             out[method] = res
             print_summary(model.name, method, res)
+            write(args, model, out)  # after each method: a long run keeps what it measured
         if args.wait_reps:
             out["mid_judge"] = mid_judge_wait(judge, tune, args.wait_reps)
             print(f"  a user request mid-judge waited {out['mid_judge']['lock_wait_s']} s for the engine")
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        path = args.out_dir / f"judge-{model.stem}{'-tune' if args.split == 'tune' else ''}.json"
-        path.write_text(json.dumps(out, indent=1))
-        print(f"written {path}")
+        print(f"written {write(args, model, out)}")
         sys.stdout.flush()
         del judge, engine
 

@@ -279,8 +279,9 @@ class Judge:
         score = cal.verdict(p)
         # The hint follows the most likely verdict, confident or not: it only quotes the evidence,
         # and a teacher that reads a user's praise as a "correction" still finds the reply likely,
-        # so a misread costs little, unlike a wrong-sign reward.
-        hint = evidence_hint(turn, ns, top_verdict(p))
+        # so a misread costs little, unlike a wrong-sign reward. A judge no confidence makes safe
+        # (feedback_only) writes none: then only the user's own feedback teaches.
+        hint = evidence_hint(turn, ns, top_verdict(p)) if cal.mode != "feedback_only" else None
         probs = {"1": p[2], "0": p[1], "-1": p[0], **{f"x_{i}": round(v, 4) for i, v in enumerate(x)}}
         timings = {"total_s": round(time.perf_counter() - t0, 3),
                    "waited_for_users_s": round(self.context.waited_s - waited0, 3), **info}

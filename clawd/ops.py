@@ -89,6 +89,9 @@ def provider_block(settings: Settings, context_window: int, max_tokens: int = 40
         "id": settings.model_id, "name": settings.model_id, "reasoning": False, "input": ["text"],
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
         "contextWindow": context_window, "maxTokens": min(max_tokens, context_window // 4),
+        # OpenClaw then sends its session id (`x-session-affinity: <sessionId>:0`), which clawd
+        # uses as the session key (tests/fixtures/openclaw/session_affinity_headers.json)
+        "compat": {"sendSessionAffinityHeaders": True},
     }
     return {
         "models": {"mode": "merge", "providers": {"clawd": {

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from conftest import Daemon, fixture, shorten
+from conftest import FIXTURES, Daemon, fixture, shorten
 
 
 def post(daemon: Daemon, body: dict, stream: bool | None = None) -> httpx.Response:
@@ -115,3 +115,25 @@ def test_no_system_prompt_is_side(daemon: Daemon):
     r = httpx.post(daemon.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 4},
                    timeout=120).json()
     assert daemon.turn(r["id"])["kind"] == "side"
+
+
+def test_openclaw_session_affinity_headers_key_the_session(daemon: Daemon):
+    """The headers stock OpenClaw sends with `compat.sendSessionAffinityHeaders` (captured:
+    session capA twice, then capB) key the session; two sessions that got the same answer link
+    their next messages each to its own turn."""
+    captured = json.loads((FIXTURES / "session_affinity_headers.json").read_text())["requests"]
+    names = ("session_id", "x-client-request-id", "x-session-affinity", "user-agent")
+    hs = [{k: v for k, v in r["headers"].items() if k in names} for r in captured]
+    assert [h["x-session-affinity"] for h in hs] == ["capA:0", "capA:0", "capB:0"]
+    base = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say the word ok."}]
+    first = [httpx.post(daemon.url + "/v1/chat/completions", json={"messages": base, "max_tokens": 4, "temperature": 0},
+                        headers=h, timeout=120).json() for h in (hs[0], hs[2])]
+    text = first[0]["choices"][0]["message"]["content"]
+    assert first[1]["choices"][0]["message"]["content"] == text  # the same answer in both sessions
+    follow = [{"role": "assistant", "content": text}, {"role": "user", "content": "thanks"}]
+    nxt = httpx.post(daemon.url + "/v1/chat/completions", json={"messages": base + follow, "max_tokens": 4},
+                     headers=hs[2], timeout=120).json()
+    a, b, c = (daemon.turn(r["id"]) for r in (first[0], first[1], nxt))
+    key = {r["id"]: r["key"] for r in daemon.rows("SELECT id, key FROM sessions")}
+    assert key[a["session_id"]] == "header:capA:0" and key[b["session_id"]] == key[c["session_id"]] == "header:capB:0"
+    assert daemon.rows("SELECT turn_id FROM next_states WHERE turn_id IN (?, ?)", (a["id"], b["id"]))[0][0] == b["id"]

@@ -42,6 +42,7 @@ def test_openclaw_config_merges_and_backs_up(tmp_path):
     p = merged["models"]["providers"]["clawd"]
     assert p["baseUrl"] == "http://127.0.0.1:9999/v1" and p["apiKey"] == "k" and p["timeoutSeconds"] >= 600
     assert p["models"][0]["contextWindow"] == 32768 and merged["agents"]["defaults"]["model"]["primary"] == "clawd/clawd"
+    assert p["models"][0]["compat"] == {"sendSessionAffinityHeaders": True}  # OpenClaw then sends its session id
     assert json.loads(backup.read_text())["channels"] == {"telegram": {}}
 
 

@@ -103,7 +103,7 @@ class ChatService:
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
 
         kind = sessions.classify(messages, bool(tool_list), headers.get("x-turn-type"))
-        link = sessions.link(self.store, messages, kind, headers.get("x-session-id"))
+        link = sessions.link(self.store, messages, kind, sessions.session_key(headers))
         if link.next_state is not None and self.store.add_next_state(link.next_state):
             log.info("turn %d got its next state (%s)", link.next_state.turn_id, link.next_state.role)
         turn = Turn(

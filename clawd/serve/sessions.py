@@ -3,7 +3,9 @@
 Stock OpenClaw sends no session header, but every request re-sends the conversation so far. A
 request whose last assistant message equals a recorded answer continues that answer's session,
 and the messages after it (tool results, the user's reply) are that answer's next state: the
-evidence the judge scores it by. X-Session-Id / X-Turn-Type / X-Session-Done override.
+evidence the judge scores it by. X-Session-Id / X-Turn-Type / X-Session-Done override. OpenClaw
+configured with `compat.sendSessionAffinityHeaders` (what `clawd openclaw-config` writes) sends
+its own session id as `x-session-affinity` (and `session_id`): the session key when present.
 """
 
 from __future__ import annotations
@@ -42,6 +44,15 @@ def classify(messages: list[dict[str, Any]], has_tools: bool, header: str | None
     return "main"
 
 
+def session_key(headers: Any) -> str | None:
+    """The client's session id: X-Session-Id, else OpenClaw's affinity header ("<sessionId>:0")."""
+    for name in ("x-session-id", "x-session-affinity", "session_id"):
+        value = (headers.get(name) or "").strip()
+        if value:
+            return value[:200]
+    return None
+
+
 def _previous_answer(messages: list[dict[str, Any]]) -> int | None:
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] == "assistant":
@@ -53,9 +64,12 @@ def _last_user(messages: list[dict[str, Any]]) -> str:
     return next(((m.get("content") or "").strip() for m in reversed(messages) if m["role"] == "user"), "")
 
 
-def _answered(candidates: list[Turn], before: list[dict[str, Any]]) -> Turn | None:
-    """Of the recorded turns that gave this answer, the one that answered the same last user
-    message: two sessions can both have answered "ok", and only one of them asked this."""
+def _answered(candidates: list[Turn], before: list[dict[str, Any]], session_id: int | None) -> Turn | None:
+    """Of the recorded turns that gave this answer, the one of the client's own session, else the
+    one that answered the same last user message: two sessions can both have answered "ok", and
+    only one of them asked this."""
+    own = [t for t in candidates if t.session_id == session_id]
+    candidates = own or candidates
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     asked = _last_user(before)
@@ -65,11 +79,12 @@ def _answered(candidates: list[Turn], before: list[dict[str, Any]]) -> Turn | No
 def link(store: Store, messages: list[dict[str, Any]], kind: TurnKind, session_header: str | None) -> Link:
     next_state = None
     linked_session = None
+    header_session = store.open_session(f"header:{session_header}") if session_header else None
     i = _previous_answer(messages)
     if i is not None:
         m = messages[i]
         calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
-        prev = _answered(store.turns_by_output(output_key(m.get("content") or "", calls)), messages[:i])
+        prev = _answered(store.turns_by_output(output_key(m.get("content") or "", calls)), messages[:i], header_session)
         after = messages[i + 1:]
         if prev is not None:
             linked_session = prev.session_id
@@ -80,8 +95,8 @@ def link(store: Store, messages: list[dict[str, Any]], kind: TurnKind, session_h
                     content="\n\n".join(x["content"] for x in after if x["content"]),
                     messages=after,
                 )
-    if session_header:
-        session_id = store.open_session(f"header:{session_header}")
+    if header_session is not None:
+        session_id = header_session
     elif linked_session is not None:
         session_id = linked_session
     elif kind == "side":
