@@ -122,13 +122,14 @@ class Daemon:
     def __init__(self, method: str, args: argparse.Namespace, home: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "clawd", "serve", "--home", str(home), "--port", str(self.port),
-               "--train-method", method, *LOOP_FLAGS, *(["--model", args.model] if args.model else []),
-               *(["--threads", str(args.threads)] if args.threads else []), *shlex.split(args.daemon_args)]
+        flags = ["--home", str(home), "--port", str(self.port),
+                 "--train-method", method, *LOOP_FLAGS, *(["--model", args.model] if args.model else []),
+                 *(["--threads", str(args.threads)] if args.threads else []), *shlex.split(args.daemon_args)]
+        cmd = [sys.executable, "-m", "clawd", "serve", *flags]
         # The daemon also reads $CLAWD_HOME/config.json and CLAWD_* variables: keep the user's out.
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWD_")} | {"CLAWD_HOME": str(home)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        self.settings = learning_settings(cmd[3:])
+        self.settings = learning_settings(flags)
         self.proc = start_server(cmd, self.port, home / "daemon.out", env)
         self.client = OpenAI(base_url=self.url + "/v1", api_key="sk-local", timeout=900, max_retries=0)
 
