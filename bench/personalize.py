@@ -27,7 +27,7 @@ every curve's point at 0 feedback turns. At the end, the judge's verdicts are re
 database and compared with the simulator's truth.
 
 Results: bench/out/personalize.json (every answer) and .png; bench/results/personalize-SCENARIO-
-METHOD-seedN.json, one summary per run, to commit.
+METHOD-seedN-Tturns.json, one summary per run, to commit.
 """
 
 from __future__ import annotations
@@ -377,7 +377,8 @@ def write_summaries(result: dict[str, Any], only: tuple[str, str] | None = None)
         for key in sc["runs"]:
             if only in (None, (scenario, key)):
                 method, seed = key.split("/")
-                path = RESULTS / f"personalize-{scenario}-{method}-seed{seed}.json"
+                turns = result["config"].get("turns")
+                path = RESULTS / f"personalize-{scenario}-{method}-seed{seed}-{turns}turns.json"
                 path.write_text(json.dumps(summary(result, scenario, key), indent=1, ensure_ascii=False) + "\n")
                 print(f"wrote {path.relative_to(ROOT)}")
 
