@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import write_result, free_port, start_server, stop
+from common import free_port, start_server, stop, write_result
 
 PHASES = ("stream", "judging", "training", "publishing", "any")
 SYSTEM = "You are a helpful assistant. Answer briefly."
@@ -62,7 +62,7 @@ class Users:
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(2)]
 
-    def __enter__(self) -> "Users":
+    def __enter__(self) -> Users:
         for t in self.threads:
             t.start()
         return self

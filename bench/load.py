@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import write_result, free_port, start_server, stop
+from common import free_port, start_server, stop, write_result
 
 TOPICS = ["the sea", "a lighthouse", "tea", "rain", "a fox", "Mars", "bread", "a violin", "snow", "a bridge"]
 

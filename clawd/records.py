@@ -94,7 +94,7 @@ class Judgment:
     probs: dict[str, float] | None = None  # P(verdict) for "1", "-1", "0", and the raw features "x_i"
     hint: str | None = None  # for OPD, from the evidence (hints.py); None for a verdict other than -1
     judge_adapter: int | None = None
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)  # seconds per stage; 'error' when it gave up
 
 
 @dataclass

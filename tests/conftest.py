@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
-import shutil
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -40,7 +40,7 @@ class Daemon:
     def db(self) -> Path:
         return self.home / "clawd.db"
 
-    def start(self, timeout: float = 60) -> "Daemon":
+    def start(self, timeout: float = 60) -> Daemon:
         env = {**os.environ, "CLAWD_HOME": str(self.home), **self.extra_env}
         self.log = open(self.home.parent / f"daemon-{self.port}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "clawd", "serve", "--port", str(self.port), *self.args],

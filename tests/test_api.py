@@ -6,7 +6,6 @@ import json
 import stat
 
 import httpx
-
 from conftest import Daemon
 
 TOOLS = [{

@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-
 from conftest import Daemon
 
 OK = [{"role": "user", "content": "hi"}]

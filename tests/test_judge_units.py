@@ -10,8 +10,17 @@ import numpy as np
 
 from clawd.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
 from clawd.judge import SHOTS, cut_middle
-from clawd.judge_calibration import (best_threshold, calibrate, case_turn, cross_val_probs, fit_softmax, folds,
-                                     metrics, predict, verdicts)
+from clawd.judge_calibration import (
+    best_threshold,
+    calibrate,
+    case_turn,
+    cross_val_probs,
+    fit_softmax,
+    folds,
+    metrics,
+    predict,
+    verdicts,
+)
 from clawd.records import NextState, ToolCall, Turn
 
 DATA = Path(__file__).parent / "data"

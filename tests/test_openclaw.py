@@ -6,7 +6,6 @@ import json
 
 import httpx
 import pytest
-
 from conftest import FIXTURES, Daemon, fixture, shorten
 
 

@@ -226,8 +226,9 @@ def test_scenarios_are_sound():
 def test_the_bench_runs_on_the_daemons_defaults(tmp_path):
     """Only when the scheduler looks differs from what a user gets: no learning rate, batch or
     training length of the bench's own."""
-    from clawd.config import Settings
     from personalize import LOOP_FLAGS, is_learning, learning_settings
+
+    from clawd.config import Settings
 
     defaults = Settings(home=tmp_path).public()
     got = learning_settings(["--home", str(tmp_path), "--train-method", "rl", *LOOP_FLAGS])

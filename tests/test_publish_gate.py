@@ -12,10 +12,11 @@ import secrets
 from pathlib import Path
 
 import pytest
-from gate_adapters import GIBBERISH_SIGMA, PLAN, QUESTIONS as TRAIN_QUESTIONS, FLIP, datasets, train_adapter
+from gate_adapters import FLIP, GIBBERISH_SIGMA, PLAN, datasets, train_adapter
+from gate_adapters import QUESTIONS as TRAIN_QUESTIONS
 from publish_util import make_adapter
 
-from clawd import cli
+from clawd import cli_show
 from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.publish import AdapterError, Adapters, GateConfig
@@ -188,7 +189,7 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
 @pytest.mark.timeout(1800)  # when run alone, it builds `gated`
 def test_adapters_list_shows_each_reason(env, gated, capsys):
     settings, store, _, _ = env
-    cli._print_adapters(Adapters(settings, store).list(), False, "test")
+    cli_show.adapters(Adapters(settings, store).list(), False, "test")
     shown = capsys.readouterr().out
     for name in PLANTED:
         for reason in gated[name]["gate"]["reasons"]:

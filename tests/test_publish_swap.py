@@ -150,7 +150,7 @@ def stepwise_logprobs(engine: Engine, prompt: list[int], completion: list[int]) 
     then one token at a time."""
     import llama_cpp
 
-    from clawd.engine import log_softmax
+    from clawd.sampling import log_softmax
 
     llm, out = engine.llm, []
     llm.reset()
@@ -191,7 +191,7 @@ def test_rollback_off_and_restart(daemon):
     daemon.stop()
     # with the daemon down the CLI works on the stored state
     state = json.loads(cli(daemon, "adapters", "list", "--json").stdout)
-    assert state["current"] == 2 and state["serving"] == "n/a"
+    assert state["current"] == 2 and state["serving"] is None and not state["daemon"]
     daemon.start()
     assert served(daemon) == 2
     r = ask(daemon, PROMPTS[0])

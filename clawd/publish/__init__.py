@@ -5,7 +5,7 @@ context, plus the adapter actions behind `clawd adapters` and `/v1/clawd/adapter
     gate.py      finite, loads, replay of positive turns, answer-checked probes, echo, stamped
                  phrase, degeneration, KL — all against the base weights
     probes.py    the probe set (probes.jsonl) and how answers are graded
-    registry.py  adapters/NNNN/, the atomic `current` link, statuses in the `adapters` table
+    registry.py  the `adapters` table beside the adapter directory (clawd/adapter_dir.py)
     merge.py     fold the live adapter (and those merged before) into the base → a quantized GGUF
 
 `Adapters` works on the stored state alone (the CLI with no daemon) or, given the daemon's
@@ -50,7 +50,8 @@ class Adapters:
                          or None,
                          "path": r["path"]})
         serving = self.engine.adapter_version if self.engine is not None else None
-        return {"current": current, "serving": serving if self.engine is not None else "n/a", "adapters": rows}
+        # serving: what the daemon's engine runs; None also when there is no daemon (`daemon` says which)
+        return {"current": current, "serving": serving, "daemon": self.engine is not None, "adapters": rows}
 
     # -- changing what is live ----------------------------------------------------------------
     def use(self, version: int) -> dict[str, Any]:
