@@ -3,6 +3,8 @@ the API key and what an error answer means."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -44,3 +46,19 @@ class DaemonClient:
                 message = r.text
             raise DaemonError(r.status_code, message)
         return r.json()
+
+
+class IncompleteStream(RuntimeError):
+    """A stream that ended without its `data: [DONE]` line: the answer was cut off."""
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The JSON events of an OpenAI-style chat stream (`data: {...}` lines), up to `data: [DONE]`;
+    an error event is yielded like any other (its `error` key says so). Raises IncompleteStream
+    when the lines end before [DONE]."""
+    for line in lines:
+        if line == "data: [DONE]":
+            return
+        if line.startswith("data: "):
+            yield json.loads(line[6:])
+    raise IncompleteStream("the stream ended without data: [DONE]")

@@ -12,6 +12,8 @@ import httpx
 import pytest
 from conftest import Daemon
 
+from clawd.client import sse_events
+
 OK = [{"role": "user", "content": "hi"}]
 CASES = {
     "malformed json": (b'{"messages": [', 400),
@@ -83,11 +85,10 @@ def test_unknown_route_and_method(daemon: Daemon):
 def test_client_disconnect_stops_generation(daemon: Daemon):
     body = {"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 2000, "stream": True}
     with httpx.stream("POST", daemon.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        lines = r.iter_lines()
-        first = next(line for line in lines if line.startswith("data: {"))
-        cid = json.loads(first[6:])["id"]
+        events = sse_events(r.iter_lines())
+        cid = next(events)["id"]
         for _ in range(3):
-            next(lines)
+            next(events)
     deadline = time.time() + 30
     while time.time() < deadline:
         row = daemon.turn(cid)
@@ -160,8 +161,7 @@ def test_disconnect_during_prefill_frees_engine(daemon: Daemon):
     long = "The quick brown fox jumps over the lazy dog. " * 600  # ~6k tokens: many prefill batches
     body = {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": long}], "max_tokens": 50, "stream": True}
     with httpx.stream("POST", daemon.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        first = next(line for line in r.iter_lines() if line.startswith("data: {"))  # the role chunk, sent before prefill
-        cid = json.loads(first[6:])["id"]
+        cid = next(sse_events(r.iter_lines()))["id"]  # the role chunk, sent before prefill
     deadline = time.time() + 120
     while time.time() < deadline and daemon.turn(cid)["status"] == "running":
         time.sleep(0.1)

@@ -158,3 +158,13 @@ def test_the_adapter_directory(tmp_path):
             with d.exclusive():
                 pass
     assert json.loads((d.dir(1) / "adapter_config.json").read_text()) == {}
+
+
+def test_one_sse_reader():
+    from clawd.client import IncompleteStream, sse_events
+
+    lines = ['data: {"id": "a", "choices": []}', "", ": keep-alive", 'data: {"error": {"message": "x"}}', "data: [DONE]",
+             'data: {"after": "done"}']
+    assert list(sse_events(lines)) == [{"id": "a", "choices": []}, {"error": {"message": "x"}}]
+    with pytest.raises(IncompleteStream):
+        list(sse_events(lines[:2]))
