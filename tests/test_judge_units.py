@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from clawd.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
 from clawd.judge import SHOTS, cut_middle
@@ -22,6 +23,8 @@ from clawd.judge_calibration import (
     verdicts,
 )
 from clawd.records import NextState, ToolCall, Turn
+
+pytestmark = pytest.mark.fast  # no model, no daemon
 
 DATA = Path(__file__).parent / "data"
 

@@ -34,6 +34,8 @@ from personalize_scenarios import (  # noqa: E402
     uses_metric_only,
 )
 
+pytestmark = pytest.mark.fast  # no model, no daemon
+
 Q = "How do vaccines work?"
 ECHO = "How do vaccines work?"
 ANSWER = "Vaccines show the immune system a harmless piece of a germ. It then learns to fight the real one."
