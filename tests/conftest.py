@@ -17,7 +17,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clawd.config import bundled_model_path
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real OpenClaw requests (README there)
+
+# Every test, in this process and in the daemons it starts, runs the bundled SmolLM2-135M: the
+# served default is Qwen2.5-Coder-0.5B once the install step has assembled it (clawd/config.py),
+# 4x the size, and the suite's tolerances were measured on SmolLM2.
+MODEL = str(bundled_model_path())
+os.environ["CLAWD_MODEL"] = MODEL
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from conftest import Daemon
+from conftest import MODEL, Daemon
 
 from clawd.client import sse_events
 
@@ -132,7 +132,7 @@ def test_api_key_required_when_set(fresh_home):
 
 def test_non_loopback_without_key_refused(fresh_home):
     p = subprocess.run([sys.executable, "-m", "clawd", "serve", "--host", "0.0.0.0", "--port", "1"],
-                       env={"CLAWD_HOME": str(fresh_home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+                       env={"CLAWD_HOME": str(fresh_home), "PATH": "/usr/bin:/bin", "CLAWD_MODEL": MODEL}, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "without an API key" in p.stderr
 
 

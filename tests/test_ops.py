@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import MODEL
 
 from clawd import ops
 from clawd.config import Settings
@@ -48,14 +49,14 @@ def test_openclaw_config_merges_and_backs_up(tmp_path):
 
 def test_cli_openclaw_config_without_daemon_reads_model_context(tmp_path):
     r = subprocess.run([sys.executable, "-m", "clawd", "openclaw-config", "--port", "1"],
-                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "CLAWD_MODEL": MODEL}, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["models"]["providers"]["clawd"]["models"][0]["contextWindow"] == 8192
 
 
 def test_status_when_down_says_how_to_start(tmp_path):
     r = subprocess.run([sys.executable, "-m", "clawd", "status", "--port", "1"],
-                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "CLAWD_MODEL": MODEL}, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "clawd serve" in r.stdout
 
 

@@ -168,3 +168,18 @@ def test_one_sse_reader():
     assert list(sse_events(lines)) == [{"id": "a", "choices": []}, {"error": {"message": "x"}}]
     with pytest.raises(IncompleteStream):
         list(sse_events(lines[:2]))
+
+
+def test_the_default_model_is_the_assembled_one_while_its_stamp_holds(tmp_path, monkeypatch):
+    from clawd.config import DEFAULT_MODEL_FILE, Settings, bundled_model_path
+
+    monkeypatch.delenv("CLAWD_MODEL", raising=False)  # conftest pins the suite to SmolLM2
+    monkeypatch.setenv("CLAWD_MODELS", str(tmp_path))
+    assert Settings(home=tmp_path / "h").resolved_model() == bundled_model_path()  # nothing assembled: the fallback
+    gguf = tmp_path / DEFAULT_MODEL_FILE
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    st = gguf.stat()
+    (tmp_path / (DEFAULT_MODEL_FILE + ".verified")).write_text(f"abc {st.st_size} {int(st.st_mtime)}\n")
+    assert Settings(home=tmp_path / "h").resolved_model() == gguf
+    os.utime(gguf, (st.st_atime, st.st_mtime + 10))  # changed since it was verified: not served
+    assert Settings(home=tmp_path / "h").resolved_model() == bundled_model_path()
