@@ -94,8 +94,8 @@ class Daemon:
         version = self.engine.adapter_version
         adapter = None
         if version is not None:
-            row = next((r for r in self.store.adapters() if r["version"] == version), None)
-            adapter = {"version": version, "age_s": round(time.time() - row["created"], 1) if row else None}
+            row = next((a for a in self.store.adapters() if a.version == version), None)
+            adapter = {"version": version, "age_s": round(time.time() - row.created, 1) if row else None}
         return {
             "version": __version__,
             "up": True,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .migrations import MIGRATIONS
-from .records import Feedback, Judgment, NextState, ToolCall, Turn, Vote
+from .records import Adapter, Feedback, Judgment, NextState, ToolCall, Turn, Vote
 
 # Main turns that finished, have a next state and no judgment yet.
 _UNJUDGED = ("FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"
@@ -308,11 +308,12 @@ class Store:
         else:
             self._write("UPDATE adapters SET status = ?, gate = ? WHERE version = ?", (status, json.dumps(gate), version))
 
-    def adapters(self) -> list[dict[str, Any]]:
-        """Every registered adapter, oldest first, gate and meta decoded."""
+    def adapters(self) -> list[Adapter]:
+        """Every registered adapter, oldest first."""
         rows = self._read("SELECT * FROM adapters ORDER BY version")
-        return [{**dict(r), "gate": json.loads(r["gate"]) if r["gate"] else None, "meta": json.loads(r["meta"])}
-                for r in rows]
+        return [Adapter(version=r["version"], path=r["path"], parent=r["parent"], status=r["status"],
+                        meta=json.loads(r["meta"]), gate=json.loads(r["gate"]) if r["gate"] else None,
+                        created=r["created"]) for r in rows]
 
     def max_adapter_version(self) -> int:
         return self._read("SELECT COALESCE(MAX(version), 0) FROM adapters")[0][0]

@@ -126,8 +126,8 @@ def test_gate_passes_sane_adapter_and_rejects_broken_ones(env):
 
     nan = adapters.prepare(2, GATE, gate_engine=engine)
     assert not nan["passed"] and "non-finite" in nan["gate"]["reasons"][0]
-    rows = {r["version"]: r for r in store.adapters()}
-    assert rows[1]["status"] == "published" and rows[2]["status"] == "rejected"
+    rows = {a.version: a for a in store.adapters()}
+    assert rows[1].status == "published" and rows[2].status == "rejected"
     with pytest.raises(AdapterError, match="rejected by the gate"):
         adapters.use(2)
     assert adapters.registry.current() == 1
@@ -179,9 +179,9 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
             assert gate["stamp"]["phrase"] in "brought to you by acme corporation"
         elif name == "gibberish":
             assert _reasons(gate, "KL to the base"), gate["reasons"]
-    row = next(r for r in store.adapters() if r["version"] == gated[name]["version"])
-    assert row["status"] == ("published" if name == "benign" else "rejected")
-    assert row["gate"]["reasons"] == gate["reasons"]  # stored with the adapter, and in gate.json beside it
+    row = next(a for a in store.adapters() if a.version == gated[name]["version"])
+    assert row.status == ("published" if name == "benign" else "rejected")
+    assert row.gate is not None and row.gate["reasons"] == gate["reasons"]  # stored with the adapter, and in gate.json beside it
     stored = json.loads((settings.home / f"adapters/{gated[name]['version']:04d}/gate.json").read_text())
     assert stored["reasons"] == gate["reasons"]
 

@@ -39,8 +39,8 @@ def daemon(tmp_path_factory):
     for version, seed in ((1, 11), (2, 12)):
         make_adapter(adapters.registry.dir(version), sigma=0.2, seed=seed)
     for row in adapters.registry.rows():
-        convert_adapter(adapters.registry.dir(row["version"]), base, adapters.registry.gguf(row["version"]))
-        store.set_adapter_status(row["version"], "published", gate={"passed": True, "reasons": [], "note": "test"})
+        convert_adapter(adapters.registry.dir(row.version), base, adapters.registry.gguf(row.version))
+        store.set_adapter_status(row.version, "published", gate={"passed": True, "reasons": [], "note": "test"})
     store.close()
     d = Daemon(home, "--threads", "1").start()
     yield d

@@ -118,7 +118,7 @@ def test_a_rounds_record_is_one_transaction(tmp_path):
     assert store._read("SELECT status FROM train_runs WHERE id = ?", (run,))[0][0] == "running"
     store.record_round(run, 1, str(tmp_path / "0001"), None, {"version": 1}, turns, {"loss": 1.0})
     store.record_round(run, 1, str(tmp_path / "0001"), None, {"version": 1}, turns, {"loss": 1.0})  # a resume: same rows
-    assert [a["version"] for a in store.adapters()] == [1] and store.max_adapter_version() == 1
+    assert [a.version for a in store.adapters()] == [1] and store.max_adapter_version() == 1
     assert store._read("SELECT status, adapter_version FROM train_runs WHERE id = ?", (run,))[0][:] == ("done", 1)
     store.close()
 

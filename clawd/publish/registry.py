@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from ..adapter_dir import AdapterDir
+from ..records import Adapter
 from ..store import Store
 
 log = logging.getLogger("clawd.publish")
@@ -30,7 +30,7 @@ class Registry(AdapterDir):
 
     def sync(self) -> None:
         """Register adapter directories the trainer wrote but the table does not know yet."""
-        known = {r["version"] for r in self.store.adapters()}
+        known = {a.version for a in self.store.adapters()}
         for version in self.versions():
             if version in known:
                 continue
@@ -40,12 +40,12 @@ class Registry(AdapterDir):
             self.store.add_adapter(version, str(d), int(parent) if parent is not None else None, meta)
             log.info("registered adapter %s", d.name)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[Adapter]:
         self.sync()
         return self.store.adapters()
 
-    def row(self, version: int) -> dict[str, Any]:
-        for r in self.rows():
-            if r["version"] == version:
-                return r
+    def row(self, version: int) -> Adapter:
+        for a in self.rows():
+            if a.version == version:
+                return a
         raise LookupError(f"no adapter {version}; `clawd adapters list` shows them")
