@@ -17,7 +17,7 @@ from llama_cpp import _internals as llama_internals  # not public API: pinned ve
 from .compute_lock import PriorityLock
 from .sampling import log_softmax, sample
 
-log = logging.getLogger("clawd.engine")
+log = logging.getLogger("clawd.background")
 
 
 class Cancelled(Exception):

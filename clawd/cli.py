@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, default_home, ensure_home
+from .config import ConfigError, Settings, default_home, ensure_home
 
 _TYPES = {int: int, float: float, str: str, Path: Path}
 
@@ -23,8 +23,11 @@ def _field_type(annotation: Any):
     return _TYPES.get(args[0], str)
 
 
-def _add_settings_flags(p: argparse.ArgumentParser) -> None:
+def _add_settings_flags(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
+    """A flag per setting (`names`, default all), absent unless given: Settings fills the rest."""
     for name, f in Settings.model_fields.items():
+        if names is not None and name not in names:
+            continue
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
                        default=argparse.SUPPRESS, help=f.description)
 
@@ -354,10 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("status", help="what the daemon is doing")
     p.add_argument("--json", action="store_true", help="every field, as JSON")
-    for name in ("host", "port", "api_key"):
-        f = Settings.model_fields[name]
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
-                       default=argparse.SUPPRESS, help=f.description)
+    _add_settings_flags(p, ("host", "port", "api_key"))
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("config", help="show the effective settings, or set/unset one in config.json")
     p.add_argument("action", choices=["show", "set", "unset"], nargs="?", default="show")
@@ -404,11 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", dest="round_method", choices=["rl", "opd", "combined"],
                    help="what to learn from (default: train_method)")
     p.add_argument("--batch", dest="round_batch", type=int, help="turns in the round (default: train_batch)")
-    for name in ("home", "model", "threads", "lr", "train_minibatch", "train_epochs", "max_train_tokens", "train_base",
-                 "log_level"):
-        f = Settings.model_fields[name]
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
-                       default=argparse.SUPPRESS, help=f.description)
+    _add_settings_flags(p, ("home", "model", "threads", "lr", "train_minibatch", "train_epochs", "max_train_tokens",
+                            "train_base", "log_level"))
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("bench", help="run a benchmark from the checkout's bench/ (`clawd bench personalize --help`)")
     p.add_argument("name", choices=["personalize"])
@@ -419,7 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     ns = build_parser().parse_args(argv)
-    ns.func(ns)
+    try:
+        ns.func(ns)
+    except ConfigError as e:
+        sys.exit(str(e))
 
 
 if __name__ == "__main__":

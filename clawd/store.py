@@ -138,9 +138,6 @@ class Store:
         cur = self._write("UPDATE sessions SET closed = 1 WHERE closed = 0 AND last_seen < ?", (time.time() - timeout,))
         return cur.rowcount
 
-    def session(self, session_id: int) -> dict[str, Any]:
-        return dict(self._read("SELECT * FROM sessions WHERE id = ?", (session_id,))[0])
-
     def next_index(self, session_id: int) -> int:
         return self._read("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,))[0][0]
 
@@ -288,9 +285,6 @@ class Store:
             " (SELECT COUNT(*) FROM sessions) AS sessions FROM turns"
         )[0]
         return {k: int(r[k] or 0) for k in r.keys()}
-
-    def integrity_ok(self) -> bool:
-        return self._read("PRAGMA integrity_check")[0][0] == "ok"
 
     # -- adapters (publish) ---------------------------------------------------------------------
     def add_adapter(self, version: int, path: str, parent: int | None, meta: dict[str, Any],

@@ -6,8 +6,8 @@
 Both train on the same base weights: `train_base` if configured, else the served GGUF itself,
 dequantized by transformers once and kept as a Hugging Face checkpoint under
 `$CLAWD_HOME/train/base-<sha256>/` (later rounds load it in seconds instead of re-dequantizing;
-Unsloth can only load such a checkpoint). torch, transformers, peft and unsloth are imported
-lazily so the daemon never pays for them.
+Unsloth can only load such a checkpoint). Only the trainer child imports this module (torch
+at the top, transformers, peft and unsloth where used); the daemon never pays for them.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from ..config import Settings, ensure_home
 from ..store import Store
 from .backend import Backend, is_oom, load_backend, sha256_file, train_tokens
 from .loss import kl_k3, policy_loss, tis_weight
-from .samples import WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, signal
+from .samples import WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
 
 log = logging.getLogger("clawd.train")
 
@@ -149,7 +149,7 @@ def _train(settings, store, adapters: AdapterDir, backend, progress, control, st
         raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
     match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
     limit = train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
-    samples = [build(t, *signal(store, t.id), template, backend.encode, limit) for t in turns]
+    samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
     w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k["train_method"]], (k["w_rl"], k["w_opd"])))
     kl_coef = k["train_kl_coef"]
 

@@ -156,7 +156,7 @@ def fit(prompt: list[int], completion: list[int], keep: int, limit: int) -> tupl
     return prompt[:head] + prompt[len(prompt) - (room - head):], completion, len(prompt) - room, head
 
 
-def signal(store: Store, turn_id: int) -> tuple[float, str | None]:
+def turn_signal(store: Store, turn_id: int) -> tuple[float, str | None]:
     """(reward, hint) of a turn: explicit feedback overrides the judge. The hint is the feedback's
     comment when it gave one, else the judge's, unless the user approved what the judge faulted."""
     fb, j = store.feedback(turn_id), store.judgment(turn_id)
