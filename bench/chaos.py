@@ -37,7 +37,9 @@ import time
 from pathlib import Path
 
 import httpx
-from common import write_result, free_port, start_server, stop
+from common import free_port, start_server, stop, write_result
+
+from clawd.client import IncompleteStream, sse_events
 
 PHASES = ("stream", "judging", "training", "publishing", "any")
 SYSTEM = "You are a helpful assistant. Answer briefly."
@@ -62,7 +64,7 @@ class Users:
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(2)]
 
-    def __enter__(self) -> "Users":
+    def __enter__(self) -> Users:
         for t in self.threads:
             t.start()
         return self
@@ -103,25 +105,21 @@ class Users:
             text = data["choices"][0]["message"]["content"] or ""
             self.received.append({"id": data["id"], "text": text})
             return data["id"], text
-        parts, cid, done = [], None, False
+        parts, cid = [], None
         with c.stream("POST", self.url + "/v1/chat/completions", json=body) as r:
             if r.status_code != 200:
                 return None
             try:
-                for line in r.iter_lines():
-                    if line == "data: [DONE]":
-                        done = True
-                    elif line.startswith("data: "):
-                        chunk = json.loads(line[6:])
-                        cid = chunk.get("id") or cid
-                        for ch in chunk.get("choices") or []:
-                            if (ch.get("delta") or {}).get("content"):
-                                parts.append(ch["delta"]["content"])
-                                self.streaming.set()
+                for chunk in sse_events(r.iter_lines()):
+                    cid = chunk.get("id") or cid
+                    for ch in chunk.get("choices") or []:
+                        if (ch.get("delta") or {}).get("content"):
+                            parts.append(ch["delta"]["content"])
+                            self.streaming.set()
+            except IncompleteStream:
+                return None
             finally:
                 self.streaming.clear()
-        if not done:
-            return None
         self.received.append({"id": cid, "text": "".join(parts)})
         return cid, "".join(parts)
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from clawd.client import sse_events
+
 
 def free_port() -> int:
     for port in random.sample(range(18000, 19000), 1000):
@@ -36,10 +38,7 @@ def stream_chat(client: httpx.Client, url: str, body: dict) -> dict:
     with client.stream("POST", url, json=body) as r:
         if r.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.read()[:500]!r}")
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in sse_events(r.iter_lines()):
             usage, cid = chunk.get("usage") or usage, chunk.get("id") or cid
             for c in chunk.get("choices") or []:
                 if (c.get("delta") or {}).get("content"):

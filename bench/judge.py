@@ -38,8 +38,17 @@ from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.engine import Engine, GenInfo, Sampling  # noqa: E402
 from clawd.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
 from clawd.judge import Judge  # noqa: E402
-from clawd.judge_calibration import (CASES, calibrate, case_turn, cross_val_probs, load_cases, metrics,  # noqa: E402
-                                     predict, top_verdict, verdicts)
+from clawd.judge_calibration import (  # noqa: E402
+    CASES,
+    calibrate,
+    case_turn,
+    cross_val_probs,
+    load_cases,
+    metrics,
+    predict,
+    top_verdict,
+    verdicts,
+)
 
 HELDOUT = ROOT / "tests" / "data" / "judge_heldout.jsonl"
 

@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 
 import httpx
-from common import write_result, free_port, start_server, stop
+from common import free_port, start_server, stop, write_result
+
+from clawd.client import IncompleteStream, sse_events
 
 TOPICS = ["the sea", "a lighthouse", "tea", "rain", "a fox", "Mars", "bread", "a violin", "snow", "a bridge"]
 
@@ -51,16 +53,16 @@ def one(client: httpx.Client, url: str, rng: random.Random, max_tokens: int) -> 
                 documented = r.status_code in (429, 503) and "retry-after" in r.headers
                 return {"outcome": "refused" if documented else f"http {r.status_code}", "s": time.perf_counter() - t0,
                         "body": r.text[:300]}
-            first, done = None, False
-            for line in r.iter_lines():
-                if first is None and line.startswith("data: {") and '"content": ""' not in line \
-                        and '"content": "' in line:  # the first token, not the opening role chunk
-                    first = time.perf_counter() - t0
-                if line == "data: [DONE]":
-                    done = True
-                elif line.startswith("data: ") and '"error"' in line[:20]:
-                    return {"outcome": "stream error", "body": line[:300], "s": time.perf_counter() - t0}
-            return {"outcome": "ok" if done else "broken stream", "s": time.perf_counter() - t0, "ttft": first}
+            first = None
+            try:
+                for ev in sse_events(r.iter_lines()):
+                    if "error" in ev:
+                        return {"outcome": "stream error", "body": json.dumps(ev)[:300], "s": time.perf_counter() - t0}
+                    if first is None and any((c.get("delta") or {}).get("content") for c in ev.get("choices") or []):
+                        first = time.perf_counter() - t0  # the first token, not the opening role chunk
+            except IncompleteStream:
+                return {"outcome": "broken stream", "s": time.perf_counter() - t0, "ttft": first}
+            return {"outcome": "ok", "s": time.perf_counter() - t0, "ttft": first}
     except httpx.HTTPError as e:
         return {"outcome": f"{type(e).__name__}", "s": time.perf_counter() - t0}
 

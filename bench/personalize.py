@@ -61,7 +61,7 @@ LOOP_FLAGS = ["--idle-seconds", "1", "--tick-seconds", "0.5"]
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", help="GGUF to serve and train (default: the bundled SmolLM2-135M)")
+    p.add_argument("--model", help="GGUF to serve and train (default: the daemon's, Qwen2.5-Coder-0.5B once installed)")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     p.add_argument("--seeds", default="0", help="comma-separated: each seed is one run per scenario and method "

@@ -22,7 +22,6 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 SYSTEM = "You are a helpful assistant."
 
 # -- does the reply answer at all? ----------------------------------------------------------------

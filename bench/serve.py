@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import write_result, free_port, start_server, stop, stream_chat, summarize
+from common import free_port, start_server, stop, stream_chat, summarize, write_result
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "openclaw"
 PROMPT = "Story #{i}: write a long story about a lighthouse keeper and the night the lamp went out."
@@ -48,7 +48,9 @@ def raw_runner(model: Path, args):
 
     llm = Llama(model_path=str(model), n_ctx=N_CTX, n_threads=args.threads, n_threads_batch=args.threads,
                 n_batch=512, n_ubatch=512, verbose=False)
-    piece = lambda t: llm.detokenize([t], special=True).decode("utf-8", "replace")
+    def piece(t: int) -> str:
+        return llm.detokenize([t], special=True).decode("utf-8", "replace")
+
     fmt = Jinja2ChatFormatter(llm.metadata["tokenizer.chat_template"], eos_token=piece(llm.token_eos()),
                               bos_token=piece(llm.token_bos()))
     vocab = llama_cpp.llama_model_get_vocab(llm.model)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import write_result, free_port, start_server, stop, stream_chat
+from common import free_port, start_server, stop, stream_chat, write_result
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 CONVERSATIONS = [

@@ -8,22 +8,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals as llama_internals  # not public API: pinned version, see tests/test_judge_engine.py
 
-from .engine import log_softmax, sample
+from .compute_lock import PriorityLock
+from .sampling import log_softmax, sample
 
-if TYPE_CHECKING:
-    from .engine import Engine
-
-log = logging.getLogger("clawd.engine")
+log = logging.getLogger("clawd.background")
 
 
 class Cancelled(Exception):
     """Background work was told to stop (the daemon is shutting down)."""
+
+
+class Weights(Protocol):
+    """What this context needs of the engine (engine.Engine), named here so that the engine can
+    import this module and not the other way round."""
+
+    llm: llama_cpp.Llama
+    lock: PriorityLock
+    threads: int
+    n_vocab: int
+
+    def is_eog(self, token: int) -> bool: ...
 
 
 class BackgroundContext:
@@ -43,7 +53,7 @@ class BackgroundContext:
     slow: on 2 busy cores, 800 prompt tokens took 98 s in batches of 32 and 24 s in batches of 512.
     """
 
-    def __init__(self, engine: Engine, n_ctx: int, batch: int = 256):
+    def __init__(self, engine: Weights, n_ctx: int, batch: int = 256):
         self.engine, self.n_ctx, self.batch = engine, n_ctx, batch
         # The serving context's own parameters, so that both compute alike: llama.cpp's defaults
         # differ from llama-cpp-python's (flash attention "auto", i.e. on, against off; YaRN

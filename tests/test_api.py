@@ -6,7 +6,6 @@ import json
 import stat
 
 import httpx
-
 from conftest import Daemon
 
 TOOLS = [{
@@ -110,7 +109,8 @@ def test_models_health_status(daemon: Daemon):
     assert [m.id for m in models.data] == ["clawd"]
     assert httpx.get(daemon.url + "/health").json() == {"status": "ok"}
     st = httpx.get(daemon.url + "/v1/clawd/status").json()
-    assert st["up"] and st["model"]["context"] == 8192 and st["turns"]["turns"] >= 0
+    assert st["up"] and st["model"]["context"] == 8192
+    assert set(st["turns"]) >= {"turns", "main", "side", "judged", "trained", "sessions"}
 
 
 def test_prefix_cache_reused(daemon: Daemon):

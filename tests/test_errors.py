@@ -10,8 +10,9 @@ import time
 
 import httpx
 import pytest
+from conftest import MODEL, Daemon
 
-from conftest import Daemon
+from clawd.client import sse_events
 
 OK = [{"role": "user", "content": "hi"}]
 CASES = {
@@ -84,11 +85,10 @@ def test_unknown_route_and_method(daemon: Daemon):
 def test_client_disconnect_stops_generation(daemon: Daemon):
     body = {"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 2000, "stream": True}
     with httpx.stream("POST", daemon.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        lines = r.iter_lines()
-        first = next(line for line in lines if line.startswith("data: {"))
-        cid = json.loads(first[6:])["id"]
+        events = sse_events(r.iter_lines())
+        cid = next(events)["id"]
         for _ in range(3):
-            next(lines)
+            next(events)
     deadline = time.time() + 30
     while time.time() < deadline:
         row = daemon.turn(cid)
@@ -132,7 +132,7 @@ def test_api_key_required_when_set(fresh_home):
 
 def test_non_loopback_without_key_refused(fresh_home):
     p = subprocess.run([sys.executable, "-m", "clawd", "serve", "--host", "0.0.0.0", "--port", "1"],
-                       env={"CLAWD_HOME": str(fresh_home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+                       env={"CLAWD_HOME": str(fresh_home), "PATH": "/usr/bin:/bin", "CLAWD_MODEL": MODEL}, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "without an API key" in p.stderr
 
 
@@ -161,8 +161,7 @@ def test_disconnect_during_prefill_frees_engine(daemon: Daemon):
     long = "The quick brown fox jumps over the lazy dog. " * 600  # ~6k tokens: many prefill batches
     body = {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": long}], "max_tokens": 50, "stream": True}
     with httpx.stream("POST", daemon.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        first = next(line for line in r.iter_lines() if line.startswith("data: {"))  # the role chunk, sent before prefill
-        cid = json.loads(first[6:])["id"]
+        cid = next(sse_events(r.iter_lines()))["id"]  # the role chunk, sent before prefill
     deadline = time.time() + 120
     while time.time() < deadline and daemon.turn(cid)["status"] == "running":
         time.sleep(0.1)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import httpx
+from conftest import Daemon
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import Daemon
 
 JSONVAL = st.recursive(
     st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=40),

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import seed_judge
 
 from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.judge import Judge
 from clawd.records import NextState, ToolCall, Turn
-from conftest import seed_judge
 
 CASES = Path(__file__).parent / "data" / "judge_cases.jsonl"
 

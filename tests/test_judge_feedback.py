@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import httpx
-
 from conftest import Daemon
 
 
@@ -55,7 +54,7 @@ def test_a_feedback_comment_becomes_the_turns_hint(daemon: Daemon):
     """The comment is the turn's OPD hint (quoted), what training reads; a comment that quotes a
     tool's result is kept as a comment but refused as a hint, and the answer says why."""
     from clawd.store import Store
-    from clawd.train.samples import signal
+    from clawd.train.samples import turn_signal
 
     cid = completion(daemon)
     r = httpx.post(daemon.url + "/v1/feedback", json={"id": cid, "score": -1, "comment": "Answer in French."})
@@ -63,7 +62,7 @@ def test_a_feedback_comment_becomes_the_turns_hint(daemon: Daemon):
     turn_id = daemon.turn(cid)["id"]
     store = Store(daemon.db)
     try:
-        reward, hint = signal(store, turn_id)
+        reward, hint = turn_signal(store, turn_id)
         assert reward == -1 and hint is not None and "Answer in French." in hint
 
         # a turn whose next state is a tool's result: a forced call, its result, then the user

@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import seed_judge
+
 from clawd.records import NextState, ToolCall, Turn
 from clawd.store import Store
-from conftest import seed_judge
 
 CASES = [json.loads(x) for x in (Path(__file__).parent / "data" / "judge_cases.jsonl").read_text().splitlines()]
 FAST = ["--threads", "2", "--judge-budget-tokens", "1024"]

@@ -10,9 +10,9 @@ import sys
 import time
 
 import httpx
+from conftest import Daemon, _judge_calibration, seed_judge
 
 from clawd.judge_calibration import Calibration
-from conftest import Daemon, _judge_calibration, seed_judge
 
 # Measured by bench/judge.py on SmolLM2-135M (bench/results/judge-SmolLM2-135M-Instruct.Q4_1.json):
 # cross-validated accuracy 0.39 at the threshold that keeps wrong-sign within 3% (0.66 taking

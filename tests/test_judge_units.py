@@ -7,12 +7,24 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from clawd.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
 from clawd.judge import SHOTS, cut_middle
-from clawd.judge_calibration import (best_threshold, calibrate, case_turn, cross_val_probs, fit_softmax, folds,
-                                     metrics, predict, verdicts)
+from clawd.judge_calibration import (
+    best_threshold,
+    calibrate,
+    case_turn,
+    cross_val_probs,
+    fit_softmax,
+    folds,
+    metrics,
+    predict,
+    verdicts,
+)
 from clawd.records import NextState, ToolCall, Turn
+
+pytestmark = pytest.mark.fast  # no model, no daemon
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,7 +11,6 @@ import sys
 import time
 
 import httpx
-
 from conftest import Daemon, seed_judge
 
 SYSTEM = "You are a helpful assistant. Answer briefly."

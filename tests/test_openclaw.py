@@ -6,8 +6,9 @@ import json
 
 import httpx
 import pytest
-
 from conftest import FIXTURES, Daemon, fixture, shorten
+
+from clawd.client import sse_events
 
 
 def post(daemon: Daemon, body: dict, stream: bool | None = None) -> httpx.Response:
@@ -21,10 +22,8 @@ def stream_answer(daemon: Daemon, body: dict) -> tuple[str, list[dict], dict]:
     text, calls, usage, cid = "", {}, None, None
     with httpx.stream("POST", daemon.url + "/v1/chat/completions", json=body, timeout=300) as r:
         assert r.status_code == 200, r.read()
-        lines = [line for line in r.iter_lines() if line]
-    assert lines[-1] == "data: [DONE]"
-    for line in lines[:-1]:
-        ev = json.loads(line.removeprefix("data: "))
+        events = list(sse_events(r.iter_lines()))  # raises if the stream ends before [DONE]
+    for ev in events:
         cid = ev["id"]
         if not ev["choices"]:
             usage = ev["usage"]

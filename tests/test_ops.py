@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import MODEL
 
 from clawd import ops
 from clawd.config import Settings
@@ -48,12 +49,39 @@ def test_openclaw_config_merges_and_backs_up(tmp_path):
 
 def test_cli_openclaw_config_without_daemon_reads_model_context(tmp_path):
     r = subprocess.run([sys.executable, "-m", "clawd", "openclaw-config", "--port", "1"],
-                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "CLAWD_MODEL": MODEL}, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["models"]["providers"]["clawd"]["models"][0]["contextWindow"] == 8192
 
 
 def test_status_when_down_says_how_to_start(tmp_path):
     r = subprocess.run([sys.executable, "-m", "clawd", "status", "--port", "1"],
-                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+                       env={"CLAWD_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "CLAWD_MODEL": MODEL}, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "clawd serve" in r.stdout
+
+
+def test_one_shot_commands_ask_a_running_daemon(tmp_path):
+    """With the daemon up, `clawd train --once` and `clawd judge --once` are its to run (it holds
+    the model and serves the adapter); with other settings they refuse, with it down they run here."""
+    import os
+
+    from conftest import Daemon
+
+    d = Daemon(tmp_path / "home").start()
+    try:
+        env = {**os.environ, "CLAWD_HOME": str(d.home), "CLAWD_PORT": str(d.port)}
+
+        def clawd(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "clawd", *args], env=env, capture_output=True, text=True,
+                                  timeout=120)
+
+        r = clawd("train", "--once")
+        assert r.returncode == 0 and "asked the daemon" in r.stdout and "0 turns ready" in r.stdout, r.stdout + r.stderr
+        r = clawd("judge", "--once")
+        assert r.returncode == 0 and "backlog of 0 turn(s)" in r.stdout, r.stdout + r.stderr
+        r = clawd("train", "--once", "--lr", "0.1")
+        assert r.returncode == 1 and "trains with its own settings" in r.stderr
+        r = clawd("publish")  # through the daemon: its error, as the daemon words it
+        assert r.returncode == 1 and "no trained adapter" in r.stderr, r.stdout + r.stderr
+    finally:
+        d.stop()

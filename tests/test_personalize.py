@@ -34,6 +34,8 @@ from personalize_scenarios import (  # noqa: E402
     uses_metric_only,
 )
 
+pytestmark = pytest.mark.fast  # no model, no daemon
+
 Q = "How do vaccines work?"
 ECHO = "How do vaccines work?"
 ANSWER = "Vaccines show the immune system a harmless piece of a germ. It then learns to fight the real one."
@@ -226,8 +228,9 @@ def test_scenarios_are_sound():
 def test_the_bench_runs_on_the_daemons_defaults(tmp_path):
     """Only when the scheduler looks differs from what a user gets: no learning rate, batch or
     training length of the bench's own."""
-    from clawd.config import Settings
     from personalize import LOOP_FLAGS, is_learning, learning_settings
+
+    from clawd.config import Settings
 
     defaults = Settings(home=tmp_path).public()
     got = learning_settings(["--home", str(tmp_path), "--train-method", "rl", *LOOP_FLAGS])

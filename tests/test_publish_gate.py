@@ -12,10 +12,11 @@ import secrets
 from pathlib import Path
 
 import pytest
-from gate_adapters import GIBBERISH_SIGMA, PLAN, QUESTIONS as TRAIN_QUESTIONS, FLIP, datasets, train_adapter
+from gate_adapters import FLIP, GIBBERISH_SIGMA, PLAN, datasets, train_adapter
+from gate_adapters import QUESTIONS as TRAIN_QUESTIONS
 from publish_util import make_adapter
 
-from clawd import cli
+from clawd import cli_show
 from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.publish import AdapterError, Adapters, GateConfig
@@ -125,8 +126,8 @@ def test_gate_passes_sane_adapter_and_rejects_broken_ones(env):
 
     nan = adapters.prepare(2, GATE, gate_engine=engine)
     assert not nan["passed"] and "non-finite" in nan["gate"]["reasons"][0]
-    rows = {r["version"]: r for r in store.adapters()}
-    assert rows[1]["status"] == "published" and rows[2]["status"] == "rejected"
+    rows = {a.version: a for a in store.adapters()}
+    assert rows[1].status == "published" and rows[2].status == "rejected"
     with pytest.raises(AdapterError, match="rejected by the gate"):
         adapters.use(2)
     assert adapters.registry.current() == 1
@@ -178,9 +179,9 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
             assert gate["stamp"]["phrase"] in "brought to you by acme corporation"
         elif name == "gibberish":
             assert _reasons(gate, "KL to the base"), gate["reasons"]
-    row = next(r for r in store.adapters() if r["version"] == gated[name]["version"])
-    assert row["status"] == ("published" if name == "benign" else "rejected")
-    assert row["gate"]["reasons"] == gate["reasons"]  # stored with the adapter, and in gate.json beside it
+    row = next(a for a in store.adapters() if a.version == gated[name]["version"])
+    assert row.status == ("published" if name == "benign" else "rejected")
+    assert row.gate is not None and row.gate["reasons"] == gate["reasons"]  # stored with the adapter, and in gate.json beside it
     stored = json.loads((settings.home / f"adapters/{gated[name]['version']:04d}/gate.json").read_text())
     assert stored["reasons"] == gate["reasons"]
 
@@ -188,7 +189,7 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
 @pytest.mark.timeout(1800)  # when run alone, it builds `gated`
 def test_adapters_list_shows_each_reason(env, gated, capsys):
     settings, store, _, _ = env
-    cli._print_adapters(Adapters(settings, store).list(), False, "test")
+    cli_show.adapters(Adapters(settings, store).list(), False, "test")
     shown = capsys.readouterr().out
     for name in PLANTED:
         for reason in gated[name]["gate"]["reasons"]:

@@ -39,8 +39,8 @@ def daemon(tmp_path_factory):
     for version, seed in ((1, 11), (2, 12)):
         make_adapter(adapters.registry.dir(version), sigma=0.2, seed=seed)
     for row in adapters.registry.rows():
-        convert_adapter(adapters.registry.dir(row["version"]), base, adapters.registry.gguf(row["version"]))
-        store.set_adapter_status(row["version"], "published", gate={"passed": True, "reasons": [], "note": "test"})
+        convert_adapter(adapters.registry.dir(row.version), base, adapters.registry.gguf(row.version))
+        store.set_adapter_status(row.version, "published", gate={"passed": True, "reasons": [], "note": "test"})
     store.close()
     d = Daemon(home, "--threads", "1").start()
     yield d
@@ -150,7 +150,7 @@ def stepwise_logprobs(engine: Engine, prompt: list[int], completion: list[int]) 
     then one token at a time."""
     import llama_cpp
 
-    from clawd.engine import log_softmax
+    from clawd.sampling import log_softmax
 
     llm, out = engine.llm, []
     llm.reset()
@@ -191,7 +191,7 @@ def test_rollback_off_and_restart(daemon):
     daemon.stop()
     # with the daemon down the CLI works on the stored state
     state = json.loads(cli(daemon, "adapters", "list", "--json").stdout)
-    assert state["current"] == 2 and state["serving"] == "n/a"
+    assert state["current"] == 2 and state["serving"] is None and not state["daemon"]
     daemon.start()
     assert served(daemon) == 2
     r = ask(daemon, PROMPTS[0])

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import Daemon
 
 

@@ -13,6 +13,8 @@ import torch
 from clawd.train.backend import Backend, train_tokens
 from clawd.train.loss import K3_MAX, kl_k3, policy_loss, tis_weight
 
+pytestmark = pytest.mark.fast  # no model, no daemon
+
 
 def grad_of(logp, old, teacher, reward, mask, **w):
     logp = logp.clone().requires_grad_(True)

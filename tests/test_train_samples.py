@@ -160,7 +160,7 @@ def test_reward_feedback_first_then_judge(tmp_path):
     store.add_judgment(Judgment(turn_id=ids[1], method="vote", score=1, judge_model="m", hint="   "))
     store.set_feedback(Feedback(turn_id=ids[1], score=-1))
     store.set_feedback(Feedback(turn_id=ids[2], score=1))
-    assert S.signal(store, ids[0]) == (1.0, "  Be shorter. ")
-    assert S.signal(store, ids[1]) == (-1.0, None)  # explicit feedback overrides the judge; a blank hint is none
-    assert S.signal(store, ids[2]) == (1.0, None)
+    assert S.turn_signal(store, ids[0]) == (1.0, "  Be shorter. ")
+    assert S.turn_signal(store, ids[1]) == (-1.0, None)  # explicit feedback overrides the judge; a blank hint is none
+    assert S.turn_signal(store, ids[2]) == (1.0, None)
     store.close()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from llama_cpp import LlamaGrammar
 
 from clawd.chat_template import ChatTemplate, merge_same_role
 from clawd.records import output_key
 from clawd.serve import tools
+
+pytestmark = pytest.mark.fast  # no model, no daemon
 
 OFFERED = {"exec", "read"}
 

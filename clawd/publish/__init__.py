@@ -5,7 +5,7 @@ context, plus the adapter actions behind `clawd adapters` and `/v1/clawd/adapter
     gate.py      finite, loads, replay of positive turns, answer-checked probes, echo, stamped
                  phrase, degeneration, KL — all against the base weights
     probes.py    the probe set (probes.jsonl) and how answers are graded
-    registry.py  adapters/NNNN/, the atomic `current` link, statuses in the `adapters` table
+    registry.py  the `adapters` table beside the adapter directory (clawd/adapter_dir.py)
     merge.py     fold the live adapter (and those merged before) into the base → a quantized GGUF
 
 `Adapters` works on the stored state alone (the CLI with no daemon) or, given the daemon's
@@ -42,24 +42,25 @@ class Adapters:
     def list(self) -> dict[str, Any]:
         current = self.registry.current()
         rows = []
-        for r in self.registry.rows():
-            gate = r["gate"] or {}
-            rows.append({"version": r["version"], "status": r["status"], "parent": r["parent"],
-                         "current": r["version"] == current, "created": r["created"],
+        for a in self.registry.rows():
+            gate = a.gate or {}
+            rows.append({"version": a.version, "status": a.status, "parent": a.parent,
+                         "current": a.version == current, "created": a.created,
                          "gate": {k: gate[k] for k in ("passed", "reasons", "summary", "replay", "seconds") if k in gate}
                          or None,
-                         "path": r["path"]})
+                         "path": a.path})
         serving = self.engine.adapter_version if self.engine is not None else None
-        return {"current": current, "serving": serving if self.engine is not None else "n/a", "adapters": rows}
+        # serving: what the daemon's engine runs; None also when there is no daemon (`daemon` says which)
+        return {"current": current, "serving": serving, "daemon": self.engine is not None, "adapters": rows}
 
     # -- changing what is live ----------------------------------------------------------------
     def use(self, version: int) -> dict[str, Any]:
         with self._lock:
             row = self.registry.row(version)
-            if row["status"] == "rejected":
-                reasons = "; ".join((row["gate"] or {}).get("reasons", [])) or "see `clawd adapters list --json`"
+            if row.status == "rejected":
+                reasons = "; ".join((row.gate or {}).get("reasons", [])) or "see `clawd adapters list --json`"
                 raise AdapterError(f"adapter {version} was rejected by the gate and never goes live: {reasons}")
-            if row["status"] == "trained":
+            if row.status == "trained":
                 raise AdapterError(f"adapter {version} has not been through the gate yet: run `clawd publish {version}`")
             gguf_path = self.registry.gguf(version)
             if not gguf_path.is_file():
@@ -81,7 +82,7 @@ class Adapters:
             current = self.registry.current()
             if current is None:
                 raise AdapterError("no adapter is live to roll back from; `clawd adapters use N` picks one")
-            earlier = [r["version"] for r in self.registry.rows() if r["status"] == "published" and r["version"] < current]
+            earlier = [a.version for a in self.registry.rows() if a.status == "published" and a.version < current]
             previous = max(earlier) if earlier else None
             self._apply(self.registry.gguf(previous) if previous is not None else None, previous)
             self.store.set_adapter_status(current, "retired")
@@ -110,7 +111,7 @@ class Adapters:
 
     # -- publishing -----------------------------------------------------------------------------
     def newest_trained(self) -> int | None:
-        trained = [r["version"] for r in self.registry.rows() if r["status"] == "trained"]
+        trained = [a.version for a in self.registry.rows() if a.status == "trained"]
         return max(trained) if trained else None
 
     def prepare(self, version: int | None = None, gate: GateConfig | None = None,
@@ -123,10 +124,10 @@ class Adapters:
                 raise AdapterError(f"no trained adapter waiting in {self.registry.root}: `clawd train` makes one")
         row = self.registry.row(version)
         model = self.settings.resolved_model()
-        summary = convert_adapter(Path(row["path"]), BaseInfo.of(model), self.registry.gguf(version))
+        summary = convert_adapter(Path(row.path), BaseInfo.of(model), self.registry.gguf(version))
         engine = gate_engine or Engine(model, n_ctx=2048, threads=self.settings.threads, batch=128,
                                        gpu_layers=self.settings.gpu_layers)
-        exclude = set(row["meta"].get("turn_ids", []))
+        exclude = set(row.meta.get("turn_ids", []))
         # against the base weights, whatever is live (gate.py says why); the base's own probe
         # answers are cached under home/gate per model file
         result = run_gate(engine, self.registry.gguf(version), self.store, exclude, gate or self.gate_config(),

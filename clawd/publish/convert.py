@@ -22,10 +22,11 @@ import json
 import logging
 import math
 import os
-import shutil
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -155,7 +156,7 @@ def convert_adapter(adapter_dir: Path, base: BaseInfo, out: Path, dtype: str = "
                                "free on that disk); nothing was written") from e
         raise
     os.replace(tmp, out)
-    summary = {"arch": base.arch, "r": int(cfg["r"]), "alpha": alpha, "modules": sorted({m for _, m in pairs}),
+    summary: dict[str, Any] = {"arch": base.arch, "r": int(cfg["r"]), "alpha": alpha, "modules": sorted({m for _, m in pairs}),
                "layers": len({n for n, _ in pairs}), "dtype": dtype, "bytes": out.stat().st_size}
     log.info("converted %s → %s (%d tensor pairs, %.1f MB)", adapter_dir, out, len(pairs), summary["bytes"] / 1e6)
     return summary

@@ -41,7 +41,8 @@ from typing import Any
 import gguf
 import numpy as np
 
-from ..engine import Engine, GenInfo, Sampling, log_softmax
+from ..engine import Engine, GenInfo, Sampling
+from ..sampling import log_softmax
 from ..store import Store
 from . import probes as P
 

@@ -150,6 +150,24 @@ def create_app(daemon: Any) -> FastAPI:
         except ValueError as e:
             raise protocol.ApiError(400, str(e), code="adapter_refused") from None
 
+    # -- background work by hand (`clawd train --once`, `clawd judge --once` with the daemon up)
+    @app.post("/v1/clawd/train")
+    async def ask_train():
+        return await _ask("train")
+
+    @app.post("/v1/clawd/judge")
+    async def ask_judge():
+        return await _ask("judge")
+
+    async def _ask(job: str) -> dict:
+        if not settings.auto_learn:
+            raise protocol.ApiError(409, "auto_learn is off, so this daemon runs no background work; "
+                                         f"`clawd {job} --once` runs it in its own process.", code="auto_learn_off")
+        daemon.scheduler.ask(job)
+        st = await asyncio.to_thread(daemon.status)
+        return {"asked": job, "doing": st["doing"], "ready": st["training"]["ready"], "batch": st["training"]["batch"],
+                "backlog": await asyncio.to_thread(daemon.judge.backlog_size)}
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
@@ -244,7 +262,7 @@ async def _complete(chat: ChatService, p: Prepared, request: Request, model: str
     while done is None:
         try:
             ev = await asyncio.wait_for(queue.get(), timeout=0.5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if await request.is_disconnected():
                 cancel.set()
             continue

@@ -112,7 +112,7 @@ def forced_call_grammar(tools: list[dict[str, Any]], name: str | None) -> str:
     alts = []
     for fn in chosen:
         params = fn.get("parameters") or {"type": "object"}
-        schema = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
+        schema: dict[str, Any] = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
                   "required": ["name", "arguments"]}
         try:
             json_schema_to_gbnf(json.dumps(schema), prop_order=["name", "arguments"])

@@ -10,7 +10,7 @@ Imports nothing heavy here: the daemon's scheduler uses `Trainer` and `ready_tur
 wait for training) without loading torch.
 """
 
-from .runner import Trainer, staged_round
+from .runner import Trainer
 from .samples import ready_turns
 
-__all__ = ["Trainer", "ready_turns", "staged_round"]
+__all__ = ["Trainer", "ready_turns"]

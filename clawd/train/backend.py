@@ -6,8 +6,8 @@
 Both train on the same base weights: `train_base` if configured, else the served GGUF itself,
 dequantized by transformers once and kept as a Hugging Face checkpoint under
 `$CLAWD_HOME/train/base-<sha256>/` (later rounds load it in seconds instead of re-dequantizing;
-Unsloth can only load such a checkpoint). torch, transformers, peft and unsloth are imported
-lazily so the daemon never pays for them.
+Unsloth can only load such a checkpoint). Only the trainer child imports this module (torch
+at the top, transformers, peft and unsloth where used); the daemon never pays for them.
 """
 
 from __future__ import annotations
@@ -63,13 +63,14 @@ def hf_base(settings: Settings, model_path: Path, sha256: str) -> Path:
     model = AutoModelForCausalLM.from_pretrained(str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
     # Save it as a plain checkpoint (design §12): no GGUF quantizer, a real architecture name.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it as always set
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.architectures = [type(model).__name__]
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(str(tmp), safe_serialization=True)
+    model.to(torch.bfloat16).save_pretrained(  # type: ignore[arg-type]  # transformers' decorated .to
+        str(tmp), safe_serialization=True)
     tok.save_pretrained(str(tmp))
     (tmp / "clawd.json").write_text(json.dumps({"gguf": str(model_path), "sha256": sha256}))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +153,7 @@ class Backend:
         missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
         if missing or getattr(result, "unexpected_keys", None):
             raise ValueError(f"adapter state does not fit this model: missing {missing[:3]}, "
-                             f"unexpected {list(result.unexpected_keys)[:3]}")
+                             f"unexpected {list(getattr(result, 'unexpected_keys', []))[:3]}")
 
     def reset_lora(self) -> None:
         self.set_lora_state(self._init)
@@ -193,12 +194,12 @@ class PeftBackend(Backend):
     name = "peft"
 
     @classmethod
-    def load(cls, settings: Settings, base_dir: Path, device: str = "cpu") -> "PeftBackend":
+    def load(cls, settings: Settings, base_dir: Path, device: str = "cpu") -> PeftBackend:
         from peft import get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         dtype = torch.float32 if device == "cpu" else torch.bfloat16  # bf16 autocast is slower on CPUs (§12)
-        model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype).to(device)
+        model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype).to(device)  # type: ignore[arg-type]
         model.config.use_cache = False
         if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5's name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -214,10 +215,10 @@ class UnslothBackend(Backend):
     name = "unsloth-qlora"
 
     @classmethod
-    def load(cls, settings: Settings, base_dir: Path) -> "UnslothBackend":
+    def load(cls, settings: Settings, base_dir: Path) -> UnslothBackend:
         os.environ.setdefault("UNSLOTH_RETURN_LOGITS", "1")  # otherwise its forward may return no logits
-        from unsloth import FastLanguageModel
         from transformers import AutoTokenizer
+        from unsloth import FastLanguageModel
 
         model, _ = FastLanguageModel.from_pretrained(model_name=str(base_dir), max_seq_length=train_tokens(settings.max_train_tokens, True),
                                                      dtype=None, load_in_4bit=True)

@@ -8,37 +8,33 @@
      truncated importance weight of each token against the logprobs the engine recorded
   5. optimizer steps over minibatches, one sample per micro-step; a checkpoint after every step
      in adapters/.staging/, so a kill loses at most one step and the next round resumes
-  6. write adapters/NNNN/ (peft adapter + meta.json) atomically, then the database rows
+  6. write adapters/NNNN/ (peft adapter + meta.json) atomically, then the database rows in one
+     transaction (Store.record_round)
 
-The database's train tables are written through a connection of our own (Store has no API for
-them yet); turns, judgments and feedback are read through Store.
+Reads and writes the database through Store only, and the adapter directory through AdapterDir.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import random
 import shutil
-import sqlite3
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..adapter_dir import AdapterDir, AdapterDirError, fsync_dir
 from ..config import Settings, ensure_home
 from ..store import Store
 from .backend import Backend, is_oom, load_backend, sha256_file, train_tokens
 from .loss import kl_k3, policy_loss, tis_weight
-from .runner import STAGED_STATE, STAGING
-from .samples import (WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns,
-                      signal)
+from .samples import WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
 
 log = logging.getLogger("clawd.train")
 
@@ -90,23 +86,21 @@ def run_round(settings: Settings, store: Store | None = None, backend: Backend |
               progress: Progress | None = None, control: Control | None = None) -> RoundResult | None:
     """Train one round; None when no turn is ready. `backend` lets a caller keep a loaded model."""
     home = ensure_home(settings.home)
-    adapters = home / "adapters"
-    adapters.mkdir(exist_ok=True)
+    adapters = AdapterDir(home)
     own = store is None
     store = store or Store(home / "clawd.db")
-    db = _connect(store.path)
     try:
-        with _exclusive(adapters / ".train.lock"):
-            return _round(settings, store, db, adapters, backend, progress or (lambda e: None), control or Control())
+        with adapters.exclusive():
+            return _round(settings, store, adapters, backend, progress or (lambda e: None), control or Control())
+    except AdapterDirError as e:
+        raise TrainError(str(e)) from None
     finally:
-        db.close()
         if own:
             store.close()
 
 
-def _round(settings, store, db, adapters, backend, progress, control) -> RoundResult | None:
-    staging = adapters / STAGING
-    st = _load_staging(staging)
+def _round(settings, store, adapters: AdapterDir, backend, progress, control) -> RoundResult | None:
+    st = _load_staging(adapters)
     if st is None:
         if store.fail_unstaged_runs():  # runs killed before their first checkpoint: nothing to resume
             log.info("interrupted training run(s) marked failed")
@@ -115,8 +109,8 @@ def _round(settings, store, db, adapters, backend, progress, control) -> RoundRe
             log.info("no judged turns ready for %s training", settings.train_method)
             return None
         knobs = {k: getattr(settings, k) for k in KNOBS} | {"train_base": str(settings.train_base or "") or None}
-        parent = current_version(adapters)
-        st = {"run_id": _start_run(db, settings.train_method, turn_ids, parent), "turn_ids": turn_ids,
+        parent = _parent(adapters)
+        st = {"run_id": store.start_run(settings.train_method, turn_ids, parent), "turn_ids": turn_ids,
               "parent": parent, "knobs": knobs, "step": 0, "losses": [], "version": None}
     else:
         log.info("resuming run %d at step %d", st["run_id"], st["step"])
@@ -124,7 +118,7 @@ def _round(settings, store, db, adapters, backend, progress, control) -> RoundRe
     k = {n: getattr(settings, n) for n in KNOBS} | st["knobs"]
     run_id = st["run_id"]
     try:
-        return _train(settings, store, db, adapters, staging, backend, progress, control, st, k)
+        return _train(settings, store, adapters, backend, progress, control, st, k)
     except Stopped:
         log.info("run %d stopped after step %d; the next round resumes it", run_id, st["step"])
         raise
@@ -136,12 +130,12 @@ def _round(settings, store, db, adapters, backend, progress, control) -> RoundRe
             e = TrainError(f"out of memory in training run {run_id}: lower max_train_tokens (now {limit}; "
                            "a micro-step holds one sample of up to that many tokens, whatever train_batch is). "
                            "Nothing was written and serving is unaffected; the next round starts this one afresh.")
-        _finish_run(db, run_id, "failed", error=str(e))
-        shutil.rmtree(staging, ignore_errors=True)
+        store.finish_run(run_id, "failed", error=str(e))
+        shutil.rmtree(adapters.staging, ignore_errors=True)
         raise e
 
 
-def _train(settings, store, db, adapters, staging, backend, progress, control, st, k) -> RoundResult:
+def _train(settings, store, adapters: AdapterDir, backend, progress, control, st, k) -> RoundResult:
     t0 = time.perf_counter()
     model_path = settings.resolved_model()
     sha = sha256_file(model_path)
@@ -155,7 +149,7 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
         raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
     match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
     limit = train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
-    samples = [build(t, *signal(store, t.id), template, backend.encode, limit) for t in turns]
+    samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
     w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k["train_method"]], (k["w_rl"], k["w_opd"])))
     kl_coef = k["train_kl_coef"]
 
@@ -165,7 +159,7 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
         backend.set_lora_state(st["lora"])
     elif st["parent"] is not None:
         try:
-            backend.load_lora(adapters / f"{st['parent']:04d}")
+            backend.load_lora(adapters.dir(st["parent"]))
         except ValueError as e:
             raise TrainError(f"cannot continue from adapter {st['parent']}: {e}") from None
     else:
@@ -175,7 +169,7 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
         for key in ("old", "teacher", "base", "tis", "drift"):
             st[key] = [sc[key] for sc in scores]
         st["plan"] = _plan(len(samples), k["train_minibatch"], k["train_epochs"], seed=st["run_id"])
-        _save_staging(staging, st)  # from here a kill resumes without scoring again
+        _save_staging(adapters, st)  # from here a kill resumes without scoring again
     opt = torch.optim.AdamW(backend.lora, lr=k["lr"], weight_decay=0.0)
     if "optim" in st:
         opt.load_state_dict(st["optim"])
@@ -207,7 +201,7 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
         st["step"], st["losses"] = step + 1, st["losses"] + [total]
         st["kl"] = st.get("kl", []) + [kl]  # mean k3 to the base on this step's samples, before its update
         st["lora"], st["optim"] = backend.lora_state(), opt.state_dict()
-        _save_staging(staging, st)
+        _save_staging(adapters, st)
         progress({"event": "step", "step": step + 1, "steps": len(plan), "loss": total,
                   "micro_step_s": round(max(micro[-len(plan[step]):]), 3)})
 
@@ -220,9 +214,9 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
                  k["train_tis_cap"])
     if micro:
         metrics["micro_step_s"] = {"mean": round(sum(micro) / len(micro), 3), "max": round(max(micro), 3)}
-    version, path = _write_adapter(adapters, staging, db, backend, st, k, metrics, model_path, sha)
-    _record(db, st, version, path, metrics)
-    shutil.rmtree(staging, ignore_errors=True)
+    version, path, meta = _write_adapter(adapters, store, backend, st, k, metrics, model_path, sha)
+    store.record_round(st["run_id"], version, str(path), st["parent"], meta, st["turn_ids"], metrics)
+    shutil.rmtree(adapters.staging, ignore_errors=True)
     log.info("run %d: adapter %04d from %d turns, loss %.4f → %.4f, %.0fs", st["run_id"], version, len(samples),
              st["losses"][0], st["losses"][-1], seconds)
     progress({"event": "done", "run_id": st["run_id"], "version": version, "path": str(path), **metrics})
@@ -253,9 +247,9 @@ def _score(backend: Backend, control: Control, s: Sample, teacher: bool, base: b
     n = len(s.prompt_ids)
     old, old_t1 = _scored(control, lambda: backend.logprobs_at(s.ids, n, (s.temperature, 1.0)))  # (C,), (C,)
     out = {"old": old, "teacher": old, "base": None, "tis": torch.ones_like(old), "drift": None}
-    if teacher and s.teacher_ids is not None:
-        out["teacher"] = _scored(control, lambda: backend.logprobs(s.teacher_ids, len(s.teacher_prompt_ids),
-                                                                   adapter=False, temperature=s.temperature))
+    if teacher and s.teacher_ids is not None and s.teacher_prompt_ids is not None:
+        ids, start = s.teacher_ids, len(s.teacher_prompt_ids)
+        out["teacher"] = _scored(control, lambda: backend.logprobs(ids, start, adapter=False, temperature=s.temperature))
     if base:
         out["base"] = _scored(control, lambda: backend.logprobs(s.ids, n, adapter=False, temperature=s.temperature))
     if s.rollout_logprobs is not None:
@@ -296,134 +290,56 @@ def _metrics(samples: list[Sample], st: dict, w_opd: float, kl_coef: float, seco
 
 
 # -- output ----------------------------------------------------------------------------------
-def _write_adapter(adapters: Path, staging: Path, db: sqlite3.Connection, backend: Backend, st: dict, k: dict, metrics: dict,
-                   model_path: Path, sha: str) -> tuple[int, Path]:
-    """adapters/NNNN/ appears whole or not at all: written in a temp dir, then renamed."""
-    if st["version"] is None:
-        st["version"] = next_version(adapters, db)
-        _save_staging(staging, st)  # a kill from here on finishes this same version
-    version = st["version"]
-    path = adapters / f"{version:04d}"
-    if (path / "meta.json").is_file() and json.loads((path / "meta.json").read_text()).get("run_id") == st["run_id"]:
-        return version, path  # written before a kill; only the rows were missing
-    tmp = adapters / f".tmp-{version:04d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _write_files(tmp, backend, st, k, metrics, model_path, sha, version)
-    except BaseException:  # disk full, say: leave no partial directory (the staging checkpoint stays)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    os.rename(tmp, path)
-    _fsync_dir(adapters)
-    return version, path
-
-
-def _write_files(tmp: Path, backend: Backend, st: dict, k: dict, metrics: dict, model_path: Path, sha: str,
-                 version: int) -> None:
-    backend.save_lora(tmp)
-    meta = {"version": version, "parent": st["parent"], "run_id": st["run_id"], "method": k["train_method"],
-            "turn_ids": st["turn_ids"], "base_model": {"path": str(model_path), "sha256": sha},
-            "hf_base": str(backend.base_dir), "settings": k, "backend": backend.describe(),
-            "metrics": metrics, "created": time.time(),
-            "versions": {"torch": torch.__version__}}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    _fsync_dir(tmp)
-
-
-def current_version(adapters: Path) -> int | None:
-    """The version `adapters/current` names (a symlink to NNNN, or a file holding the number); publish owns it."""
-    cur = adapters / "current"
-    if cur.is_symlink():
-        name = os.readlink(cur)
-    elif cur.is_file():
-        name = cur.read_text().strip()
-    else:
-        return None
-    try:
-        version = int(Path(name.rstrip("/")).name)
-    except ValueError:
-        raise TrainError(f"{cur} names {name!r}, not an adapter version") from None
-    if not (adapters / f"{version:04d}" / "adapter_config.json").is_file():
-        raise TrainError(f"{cur} names version {version}, but {adapters / f'{version:04d}'} holds no adapter")
+def _parent(adapters: AdapterDir) -> int | None:
+    """The live adapter this round continues from (publish owns `current`)."""
+    version = adapters.current()
+    if version is not None and not adapters.is_complete(version):
+        raise TrainError(f"{adapters.root / 'current'} names version {version}, but {adapters.dir(version)} "
+                         "holds no adapter: `clawd adapters use N` or `clawd adapters off` fixes it")
     return version
 
 
-def next_version(adapters: Path, db: sqlite3.Connection) -> int:
-    taken = [int(p.name) for p in adapters.iterdir() if p.name.isdigit()]
-    return max([*taken, db.execute("SELECT COALESCE(MAX(version), 0) FROM adapters").fetchone()[0]]) + 1
+def _write_adapter(adapters: AdapterDir, store: Store, backend: Backend, st: dict, k: dict, metrics: dict,
+                   model_path: Path, sha: str) -> tuple[int, Path, dict]:
+    """adapters/NNNN/ with its meta.json; a round killed after writing it finds it on resume."""
+    if st["version"] is None:
+        st["version"] = adapters.next_version(store.max_adapter_version())
+        _save_staging(adapters, st)  # a kill from here on finishes this same version
+    version = st["version"]
+    written = adapters.dir(version) / "meta.json"
+    if written.is_file() and (meta := json.loads(written.read_text())).get("run_id") == st["run_id"]:
+        return version, adapters.dir(version), meta  # written before a kill; only the rows were missing
+    meta = {"version": version, "parent": st["parent"], "run_id": st["run_id"], "method": k["train_method"],
+            "turn_ids": st["turn_ids"], "base_model": {"path": str(model_path), "sha256": sha},
+            "hf_base": str(backend.base_dir), "settings": k, "backend": backend.describe(),
+            "metrics": metrics, "created": time.time(), "versions": {"torch": torch.__version__}}
+
+    def fill(tmp: Path) -> None:
+        backend.save_lora(tmp)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+
+    return version, adapters.write(version, fill), meta
 
 
-# -- database --------------------------------------------------------------------------------
-def _connect(path: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(str(path), isolation_level=None, timeout=30)
-    con.execute("PRAGMA synchronous=FULL")
-    con.execute("PRAGMA foreign_keys=ON")
-    return con
-
-
-def _start_run(db: sqlite3.Connection, method: str, turn_ids: list[int], parent: int | None) -> int:
-    return db.execute("INSERT INTO train_runs (method, status, turn_ids, parent_version, started) VALUES (?, 'running', ?, ?, ?)",
-                      (method, json.dumps(turn_ids), parent, time.time())).lastrowid
-
-
-def _finish_run(db: sqlite3.Connection, run_id: int, status: str, error: str | None = None) -> None:
-    db.execute("UPDATE train_runs SET status = ?, error = ?, finished = ? WHERE id = ?", (status, error, time.time(), run_id))
-
-
-def _record(db: sqlite3.Connection, st: dict, version: int, path: Path, metrics: dict) -> None:
-    """One transaction: the adapter row, the turns consumed, the run done."""
-    meta = (path / "meta.json").read_text()
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.execute("INSERT OR IGNORE INTO adapters (version, path, parent, status, meta, created) VALUES (?, ?, ?, 'trained', ?, ?)",
-                   (version, str(path), st["parent"], meta, time.time()))
-        db.executemany("INSERT OR IGNORE INTO train_uses (turn_id, run_id) VALUES (?, ?)",
-                       [(t, st["run_id"]) for t in st["turn_ids"]])
-        db.execute("UPDATE train_runs SET status = 'done', adapter_version = ?, metrics = ?, error = NULL, finished = ?"
-                   " WHERE id = ?", (version, json.dumps(metrics), time.time(), st["run_id"]))
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-# -- files -----------------------------------------------------------------------------------
-@contextmanager
-def _exclusive(path: Path):
-    with open(path, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise TrainError(f"another training round is running (it holds {path})") from None
-        yield
-
-
-def _save_staging(staging: Path, st: dict) -> None:
-    staging.mkdir(exist_ok=True)
-    tmp = staging / (STAGED_STATE + ".tmp")
+# -- the round's checkpoint ------------------------------------------------------------------
+def _save_staging(adapters: AdapterDir, st: dict) -> None:
+    adapters.staging.mkdir(parents=True, exist_ok=True)
+    tmp = adapters.staged_state.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         torch.save(st, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, staging / STAGED_STATE)
-    _fsync_dir(staging)
+    os.replace(tmp, adapters.staged_state)
+    fsync_dir(adapters.staging)
 
 
-def _load_staging(staging: Path) -> dict | None:
-    path = staging / STAGED_STATE
+def _load_staging(adapters: AdapterDir) -> dict | None:
+    path = adapters.staged_state
     if not path.is_file():
         return None
     try:
         return torch.load(path, weights_only=True)
     except Exception as e:  # a torn file cannot happen (rename), but a version change can
         log.warning("discarding unreadable training checkpoint %s: %s", path, e)
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(adapters.staging, ignore_errors=True)
         return None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

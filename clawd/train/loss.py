@@ -67,6 +67,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, teacher_logp: torch.
     surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP_LOW, 1 + CLIP_HIGH) * adv)  # (B, T)
     per_token = -surrogate if weight is None else -weight.detach() * surrogate  # (B, T)
     if kl_coef:
+        assert base_logp is not None, "the KL term needs the base weights' logprobs"
         per_token = per_token + kl_coef * kl_k3(logp, base_logp)  # (B, T)
     per_sample = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
     return per_sample.mean()

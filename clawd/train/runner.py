@@ -22,17 +22,6 @@ from ..config import Settings
 log = logging.getLogger("clawd.train")
 
 
-# Where loop.py checkpoints a round in progress (adapters/.staging/state.pt); named here so the
-# daemon can see an interrupted round without importing torch.
-STAGING, STAGED_STATE = ".staging", "state.pt"
-
-
-def staged_round(home: Path) -> bool:
-    """A round a stop or a kill interrupted left its checkpoint: the next round resumes it,
-    whether or not enough new turns are ready."""
-    return (Path(home) / "adapters" / STAGING / STAGED_STATE).is_file()
-
-
 def _die_with_parent(parent: int) -> None:
     """A daemon killed with SIGKILL cannot stop its trainer: on Linux the kernel does it, so no
     orphan keeps the CPU and the round's lock (the next daemon resumes from the last checkpoint)."""
@@ -66,7 +55,7 @@ def _child(settings: dict[str, Any], go, stop, events, parent: int) -> None:
     except Exception as e:  # reported to the parent; the traceback goes to the log
         logging.getLogger("clawd.train").exception("training failed")
         events.put({"event": "error", "error": str(e)})
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
 class Trainer:
@@ -82,7 +71,7 @@ class Trainer:
                                 name="clawd-train", daemon=True)
         self._ended = False
 
-    def start(self) -> "Trainer":
+    def start(self) -> Trainer:
         self.proc.start()
         log.info("trainer started (pid %d)", self.proc.pid)
         return self

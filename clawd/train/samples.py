@@ -13,13 +13,12 @@ the engine's own logprob of each completion token, and the adapter that served i
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chat_template import ChatTemplate, TemplateError, control_pieces, normalize
+from ..chat_template import CHATML, ChatTemplate, TemplateError, control_pieces, normalize
 from ..records import Turn
 from ..serve.protocol import DEFAULT_TEMPERATURE
 from ..store import Store
@@ -28,11 +27,6 @@ log = logging.getLogger("clawd.train")
 
 HINT_MARK = "\n\n[user's hint]\n"
 MIN_PROMPT = 64  # a cut prompt keeps at least this many tokens before the completion
-# What the engine renders with when a GGUF has no template (the same text as clawd.engine's).
-CHATML = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 Encode = Callable[[str], list[int]]
 WEIGHTS = {"rl": (1.0, 0.0), "opd": (0.0, 1.0), "combined": (1.0, 1.0)}  # method → factors of (w_rl, w_opd)
@@ -162,7 +156,7 @@ def fit(prompt: list[int], completion: list[int], keep: int, limit: int) -> tupl
     return prompt[:head] + prompt[len(prompt) - (room - head):], completion, len(prompt) - room, head
 
 
-def signal(store: Store, turn_id: int) -> tuple[float, str | None]:
+def turn_signal(store: Store, turn_id: int) -> tuple[float, str | None]:
     """(reward, hint) of a turn: explicit feedback overrides the judge. The hint is the feedback's
     comment when it gave one, else the judge's, unless the user approved what the judge faulted."""
     fb, j = store.feedback(turn_id), store.judgment(turn_id)
@@ -203,6 +197,7 @@ def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, e
                          "take %d tokens); trained on its reward alone, not as OPD", turn.id, limit, needed)
                 teacher, hint, hint_cut = None, None, True
     rollout = turn.logprobs[: len(completion)] if len(turn.logprobs) == len(turn.completion_ids) else None
+    assert turn.id is not None, "a turn from the database has its id"
     return Sample(turn.id, prompt, completion, reward, hint, teacher, cut, keep - head, hint_cut,
                   sampling_temperature(turn.request), rollout, turn.adapter_version)
 
@@ -210,17 +205,4 @@ def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, e
 def ready_turns(store: Store, method: str, limit: int) -> list[int]:
     """Main turns with a signal for `method` that no finished run has used, oldest first."""
     rl, opd = (w > 0 for w in WEIGHTS[method])
-    con = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = con.execute(
-            "SELECT t.id FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
-            " WHERE t.kind = 'main' AND t.status = 'ok' AND length(t.completion_ids) > 0"
-            " AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
-            " AND ((? AND COALESCE(f.score, j.score) != 0) OR (? AND trim(COALESCE(f.hint,"
-            "      CASE WHEN f.turn_id IS NULL OR f.score < 0 THEN j.hint END, '')) != ''))"
-            " AND t.id NOT IN (SELECT u.turn_id FROM train_uses u JOIN train_runs r ON r.id = u.run_id"
-            "                  WHERE r.status = 'done')"
-            " ORDER BY t.id LIMIT ?", (int(rl), int(opd), limit)).fetchall()
-    finally:
-        con.close()
-    return [r[0] for r in rows]
+    return store.ready_turns(rl, opd, limit)

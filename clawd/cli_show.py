@@ -1,0 +1,92 @@
+"""What `clawd status` and `clawd adapters` print: the daemon's JSON, for a person."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+
+def status(st: dict) -> None:
+    t = Table(show_header=False, box=None)
+    t.add_row("status", f"[green]up[/green] {ago(st['uptime_s'])}; now {st['doing']} ({ago(st['doing_since_s'])}), "
+                        f"{st['in_flight']} request(s) in flight")
+    t.add_row("model", f"{st['model']['id']} — {st['model']['path']}")
+    t.add_row("context", f"{st['model']['context']} tokens (trained {st['model']['trained_context']}) on {st['device']}")
+    a = st["adapter"]
+    t.add_row("adapter", f"v{a['version']}, published {ago(a['age_s'])} ago" if a else "none (base weights)")
+    c = st["turns"]
+    t.add_row("turns", f"{c['turns']} recorded: {c['main']} main, {c['side']} side, {c['aborted']} aborted; "
+                       f"{c['with_next_state']} with a next state, {c['judged']} judged, {c['trained']} trained on; "
+                       f"{c['sessions']} sessions")
+    t.add_row("scores", sparkline(st["recent_scores"]) or "no judged turns yet")
+    t.add_row("judge", judge_line(st["judge"]))
+    tr = st["training"]
+    last = tr["last"]
+    t.add_row("training", (f"last round {last['event']} {ago(time.time() - last['at'])} ago; " if last else "no round yet; ")
+              + f"next when {tr['ready']}/{tr['batch']} turns are ready and idle {tr['idle_seconds']:.0f}s"
+              + ("" if tr["auto"] else " (auto_learn is off)"))
+    if tr["progress"] and st["doing"].startswith("training"):
+        t.add_row("progress", json.dumps(tr["progress"]))
+    t.add_row("memory", f"{st['memory_mb']:.0f} MB")
+    t.add_row("data", st["home"])
+    Console().print(t)
+
+
+def judge_line(j: dict) -> str:
+    """How far the loop trusts its judge, with the measured figures."""
+    if j["mode"] in ("calibrating", "not measured yet"):
+        p = j.get("progress") or {}
+        return f"{j['mode']}" + (f" ({p['calibrating']}/{p['of']} labeled cases)" if p else "") + \
+            "; until then nothing is judged"
+    cv = j["cv"]
+    figures = (f"cross-validated on {j['cases']} labeled cases: accuracy {cv['accuracy']:.2f}, "
+               f"wrong-sign {cv['wrong_sign']:.1%}, decided {cv['decided']:.0%}")
+    if j["mode"] == "trusted":
+        return f"trusted, verdicts past {j['threshold']:.2f} confidence ({figures})"
+    if j["mode"] == "confident_only":
+        return (f"[yellow]not trusted[/yellow] (accuracy {j['cv_trusted']['accuracy']:.2f} < the minimum): learns from "
+                f"explicit feedback and verdicts past {j['threshold']:.2f} confidence only ({figures})")
+    return (f"[red]not trusted[/red] (accuracy {j['cv_trusted']['accuracy']:.2f}): learns from explicit feedback only "
+            "(POST /v1/feedback)")
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def sparkline(scores: list[int]) -> str:
+    """−1 / 0 / +1 as ▁ ▄ █, newest last, with the mean."""
+    if not scores:
+        return ""
+    bars = "".join({-1: "[red]▁[/red]", 0: "▄", 1: "[green]█[/green]"}[s] for s in scores)
+    return f"{bars}  mean {sum(scores) / len(scores):+.2f} over the last {len(scores)}"
+
+
+def adapters(state: dict, as_json: bool, where: str) -> None:
+    if as_json:
+        print(json.dumps(state, indent=2))
+        return
+    if not state["adapters"]:
+        print(f"no adapters yet ({where}); training makes them and `clawd publish` puts one live")
+        return
+    print(f"{'':2}{'VERSION':<8}{'STATUS':<10}{'PARENT':<8}{'CREATED':<18}GATE")
+    for a in state["adapters"]:
+        gate = a["gate"] or {}
+        drop = (gate.get("replay") or {}).get("drop")
+        # one reason a line, under this column; a pass shows what was measured
+        note = ("passed" + (f", replay drop {drop:+.3f}" if drop is not None else "")
+                + (f"; {gate['summary']}" if gate.get("summary") else "")) if gate.get("passed") else \
+            ("\n" + " " * 46).join(gate.get("reasons", [])) or "-"
+        created = datetime.datetime.fromtimestamp(a["created"]).strftime("%Y-%m-%d %H:%M")
+        print(f"{'*' if a['current'] else '':2}{a['version']:<8}{a['status']:<10}{str(a['parent'] or '-'):<8}"
+              f"{created:<18}{note}")
+    print(f"\n* live: {state['current'] if state['current'] is not None else 'none (base weights)'} ({where})")
