@@ -43,11 +43,12 @@ class Adapters:
         current = self.registry.current()
         rows = []
         for r in self.registry.rows():
-            gate = r["gate"] or {}
+            gate, meta = r["gate"] or {}, r["meta"] or {}
             rows.append({"version": r["version"], "status": r["status"], "parent": r["parent"],
                          "current": r["version"] == current, "created": r["created"],
-                         "gate": {k: gate[k] for k in ("passed", "reasons", "summary", "replay", "seconds") if k in gate}
-                         or None,
+                         "method": meta.get("method"), "turns": len(meta.get("turn_ids") or []),
+                         "gate": {k: gate[k] for k in ("passed", "reasons", "summary", "replay", "probes", "kl", "seconds")
+                                  if k in gate} or None,
                          "path": r["path"]})
         serving = self.engine.adapter_version if self.engine is not None else None
         return {"current": current, "serving": serving if self.engine is not None else "n/a", "adapters": rows}

@@ -153,6 +153,7 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
     turns = [store.turn(i) for i in st["turn_ids"]]
     if any(t is None for t in turns):
         raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
+    _check_not_excluded(store, st)
     match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
     limit = train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
     samples = [build(t, *signal(store, t.id), template, backend.encode, limit) for t in turns]
@@ -220,6 +221,7 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
                  k["train_tis_cap"])
     if micro:
         metrics["micro_step_s"] = {"mean": round(sum(micro) / len(micro), 3), "max": round(max(micro), 3)}
+    _check_not_excluded(store, st)  # a session excluded while this round ran: nothing of it is written
     version, path = _write_adapter(adapters, staging, db, backend, st, k, metrics, model_path, sha)
     _record(db, st, version, path, metrics)
     shutil.rmtree(staging, ignore_errors=True)
@@ -227,6 +229,13 @@ def _train(settings, store, db, adapters, staging, backend, progress, control, s
              st["losses"][0], st["losses"][-1], seconds)
     progress({"event": "done", "run_id": st["run_id"], "version": version, "path": str(path), **metrics})
     return RoundResult(st["run_id"], version, path, metrics)
+
+
+def _check_not_excluded(store: Store, st: dict) -> None:
+    excluded = store.excluded_turns(st["turn_ids"])
+    if excluded:
+        raise TrainError(f"turns {excluded} of run {st['run_id']} belong to a session excluded from training since the "
+                         "round began; the round is discarded and the next one selects its turns again")
 
 
 def _scored(control: Control, score: Callable[[], torch.Tensor]) -> torch.Tensor:

@@ -208,7 +208,8 @@ def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, e
 
 
 def ready_turns(store: Store, method: str, limit: int) -> list[int]:
-    """Main turns with a signal for `method` that no finished run has used, oldest first."""
+    """Main turns with a signal for `method` that no finished run has used, oldest first, none
+    from a session the user excluded from training."""
     rl, opd = (w > 0 for w in WEIGHTS[method])
     con = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, timeout=30)
     try:
@@ -220,6 +221,7 @@ def ready_turns(store: Store, method: str, limit: int) -> list[int]:
             "      CASE WHEN f.turn_id IS NULL OR f.score < 0 THEN j.hint END, '')) != ''))"
             " AND t.id NOT IN (SELECT u.turn_id FROM train_uses u JOIN train_runs r ON r.id = u.run_id"
             "                  WHERE r.status = 'done')"
+            " AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1)"  # the user kept them out
             " ORDER BY t.id LIMIT ?", (int(rl), int(opd), limit)).fetchall()
     finally:
         con.close()
