@@ -22,7 +22,7 @@ from ..records import Feedback
 from ..store import StorageError
 from . import protocol
 from .chat import ChatService, Event, Prepared
-from .dashboard import COOKIE, add_dashboard, cookie_token, locked_page
+from .dashboard import add_dashboard, cookie_name, cookie_token, locked_page
 
 log = logging.getLogger("clawd.serve")
 
@@ -41,9 +41,9 @@ class _Guard:
     same-origin and let it read the recorded turns), and a request that changes something must
     not come from another origin (a cross-site form POST needs no CORS)."""
 
-    def __init__(self, app, api_key: str | None, max_body: int, local_only: bool):
+    def __init__(self, app, api_key: str | None, max_body: int, local_only: bool, port: int):
         self.app, self.api_key, self.max_body, self.local_only = app, api_key, max_body, local_only
-        self.token = cookie_token(api_key) if api_key else None
+        self.token, self.cookie = (cookie_token(api_key) if api_key else None), cookie_name(port)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -77,12 +77,12 @@ class _Guard:
                 if not hmac.compare_digest(given[0].encode(), self.api_key.encode()):
                     return locked_page()
                 r = RedirectResponse("/", status_code=303, headers={"Referrer-Policy": "no-referrer"})
-                r.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
+                r.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
                 return r
         if hmac.compare_digest(headers.get("authorization", "").encode(), f"Bearer {self.api_key}".encode()):
             return None
         cookies = dict(c.strip().partition("=")[::2] for c in headers.get("cookie", "").split(";") if "=" in c)
-        if hmac.compare_digest(cookies.get(COOKIE, "").encode(), self.token.encode()):
+        if hmac.compare_digest(cookies.get(self.cookie, "").encode(), self.token.encode()):
             return None
         if path == "/" or path.startswith("/static/"):
             return locked_page()
@@ -97,7 +97,7 @@ def create_app(daemon: Any) -> FastAPI:
     settings = daemon.settings
 
     app.add_middleware(_Guard, api_key=settings.api_key, max_body=settings.max_body_bytes,
-                       local_only=is_loopback(settings.host))
+                       local_only=is_loopback(settings.host), port=settings.port)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):

@@ -33,8 +33,13 @@ PAGE_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosni
                 "Cache-Control": "no-cache"}
 STATIC_TYPES = {"app.js": "text/javascript", "charts.js": "text/javascript", "style.css": "text/css",
                 "icon.svg": "image/svg+xml"}
-COOKIE = "clawd_key"
 MAX_LIMIT = 100
+
+
+def cookie_name(port: int) -> str:
+    """Named after the port: browsers do not keep cookies apart by port, and two daemons on one
+    machine may have different keys."""
+    return f"clawd_key_{port}"
 
 
 def cookie_token(api_key: str) -> str:

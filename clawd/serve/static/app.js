@@ -110,7 +110,7 @@
     const facts = [
       ["model", `${model}`],
       ["context", `${st.model.context.toLocaleString()} tokens on ${st.device}`],
-      ["adapter", st.adapter ? `v${st.adapter.version}, live for ${duration(st.adapter.age_s || 0)}` : "none (base weights)"],
+      ["adapter", st.adapter ? `v${st.adapter.version} (made ${duration(st.adapter.age_s || 0)} ago)` : "none (base weights)"],
       ["doing", `${st.doing} for ${duration(st.doing_since_s)}` + (st.in_flight ? `, ${st.in_flight} request(s) in flight` : "")],
       ["turns", `${c.turns.toLocaleString()} recorded, ${c.judged.toLocaleString()} judged, ` +
         `${c.trained.toLocaleString()} trained on, ${c.feedback.toLocaleString()} with your feedback`],
@@ -216,7 +216,7 @@
     return el("button", { type: "button", class: "small " + (excluded ? "on" : ""), "data-exclude": id,
       title: excluded ? "Let this session's turns be trained on again" : "Never train on this session's turns",
       on: { click: (e) => setExcluded(e.currentTarget, id, !excluded) } },
-    excluded ? "Excluded · include" : "Exclude from training");
+    excluded ? "Excluded: include again" : "Exclude from training");
   }
 
   async function setExcluded(button, id, excluded) {
@@ -238,10 +238,14 @@
   // -- turns ---------------------------------------------------------------------------------
   const turns = { pages: [null], at: 0, next: null, session: null };
 
+  // Blank lines at the ends, and runs of more than one inside, take room and say nothing (small
+  // models emit dozens); otherwise the text is shown exactly as recorded.
+  const shown = (text) => (text || "").replace(/^\s+|\s+$/g, "").replace(/\n{3,}/g, "\n\n");
+
   function block(label, text, cut, cls) {
     return el("div", { class: "block " + (cls || "") },
       el("div", { class: "label" }, label),
-      el("div", { class: "text" }, text || el("span", { class: "muted" }, "(empty)")),
+      el("div", { class: "text" }, shown(text) || el("span", { class: "muted" }, "(empty)")),
       cut ? el("div", { class: "muted cut" }, "… cut here; the full text is in the database") : null);
   }
 
@@ -251,7 +255,7 @@
     const badges = [
       t.kind === "side" ? el("span", { class: "chip side" }, "side") : null,
       t.status !== "ok" ? el("span", { class: "chip bad" }, t.status) : null,
-      el("span", { class: "chip" }, t.adapter_version != null ? `v${t.adapter_version}` : "base"),
+      el("span", { class: "chip", title: "what answered it" }, t.adapter_version != null ? `served by v${t.adapter_version}` : "served by the base"),
       t.trained ? el("span", { class: "chip trained" }, "trained on") : null,
       t.session_excluded ? el("span", { class: "chip warn" }, "session excluded") : null,
       t.judge_score != null ? el("span", { class: "chip judge s" + t.judge_score }, `judge ${verdict[t.judge_score]}`) : null,
@@ -267,7 +271,7 @@
       el("div", { class: "blocks" },
         block("user", t.user, t.truncated.includes("user"), "user"),
         el("div", { class: "block answer" }, el("div", { class: "label" }, "answer"),
-          el("div", { class: "text" }, t.answer || (calls.length ? null : el("span", { class: "muted" }, "(empty)"))), calls,
+          el("div", { class: "text" }, shown(t.answer) || (calls.length ? null : el("span", { class: "muted" }, "(empty)"))), calls,
           t.truncated.includes("answer") ? el("div", { class: "muted cut" }, "… cut here") : null),
         t.next_role ? block(`next (${t.next_role})`, t.next_state, t.truncated.includes("next_state"), "next")
           : el("div", { class: "block next" }, el("div", { class: "label" }, "next"),

@@ -56,11 +56,18 @@ window.clawdCharts = (function () {
       el.appendChild(root);
       return;
     }
-    // shaded band between the curve and zero, then the curve and its points
+    // the points are the runs' means; the curve, the mean over the last SMOOTH runs (weighted by
+    // their turns), so that a few turns of ±1 each read as a trend and not as a zigzag
     const pts = buckets.map((b, i) => [x(i), y(b.mean)]);
-    const area = [[pts[0][0], y(0)], ...pts, [pts[n - 1][0], y(0)]].map((p) => p.join(",")).join(" ");
+    const SMOOTH = 5;
+    const curve = buckets.map((b, i) => {
+      const win = buckets.slice(Math.max(0, i - SMOOTH + 1), i + 1);
+      const turns = win.reduce((s, w) => s + w.n, 0);
+      return [x(i), y(win.reduce((s, w) => s + w.mean * w.n, 0) / turns)];
+    });
+    const area = [[curve[0][0], y(0)], ...curve, [curve[n - 1][0], y(0)]].map((p) => p.join(",")).join(" ");
     root.appendChild(svg("polygon", { points: area, class: "area" }));
-    root.appendChild(svg("polyline", { points: pts.map((p) => p.join(",")).join(" "), class: "line" }));
+    root.appendChild(svg("polyline", { points: curve.map((p) => p.join(",")).join(" "), class: "line" }));
     const most = Math.max(...buckets.map((b) => b.n));
     buckets.forEach((b, i) => {
       const r = 2.5 + 3.5 * Math.sqrt(b.n / most);
