@@ -9,7 +9,6 @@ bench/dashboard_data.py, one hostile turn, and two turns the model answers durin
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -337,4 +336,3 @@ def test_with_an_api_key_the_page_needs_it(fresh_home, browser):
         browser.delete_all_cookies()
     finally:
         d.stop()
-    shutil.rmtree(fresh_home, ignore_errors=True)

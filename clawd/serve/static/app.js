@@ -174,7 +174,10 @@
       gate);
   }
 
+  let lastAdapters = null, lastRewards = null;  // redrawn at the new width when the window resizes
+
   function renderAdapters(data) {
+    lastAdapters = data;
     C.adapterStrip($("adapter-strip"), data.adapters);
     replace($("adapters"), data.adapters.slice().reverse().map(adapterItem));
     $("adapters-sub").textContent = data.current != null ? `live: v${data.current}` : "live: base weights";
@@ -191,6 +194,7 @@
 
   // -- rewards and sessions ------------------------------------------------------------------
   function renderRewards(data) {
+    lastRewards = data;
     C.trend($("trend"), data.buckets);
     $("trend-sub").textContent = data.scored ? `${data.scored.toLocaleString()} judged turns, mean ${signed(data.mean)}` : "";
   }
@@ -362,6 +366,14 @@
     $("rollback").addEventListener("click", (e) => adapterAction(e.currentTarget, "rollback"));
     $("adapters-off").addEventListener("click", (e) => adapterAction(e.currentTarget, "off"));
     $("turns-refresh").addEventListener("click", () => refreshTurns(true));
+    let resizing = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizing);
+      resizing = setTimeout(() => {
+        if (lastRewards) C.trend($("trend"), lastRewards.buckets);
+        if (lastAdapters) C.adapterStrip($("adapter-strip"), lastAdapters.adapters);
+      }, 150);
+    });
     pager(turns, "turns-older", "turns-newer", refreshTurns);
     pager(sessions, "sessions-older", "sessions-newer", refreshSessions);
     try {

@@ -33,6 +33,11 @@ window.clawdCharts = (function () {
         d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   }
 
+  // Drawn at the container's own width, so one unit is one pixel and labels keep their size.
+  function width(el) {
+    return Math.max(320, Math.round(el.clientWidth || 760));
+  }
+
   function signClass(v) {
     return v > 0.05 ? "good" : v < -0.05 ? "bad" : "neutral";
   }
@@ -40,7 +45,7 @@ window.clawdCharts = (function () {
   // The reward trend: mean reward (−1…+1) of consecutive runs of scored turns, oldest left.
   function trend(el, buckets) {
     clear(el);
-    const W = 760, H = 210, L = 40, R = 14, T = 14, B = 30;
+    const W = width(el), H = 210, L = 40, R = 14, T = 14, B = 30;
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "trend", role: "img",
       "aria-label": "mean reward over time" });
     const y = (v) => T + (1 - (v + 1) / 2) * (H - T - B);
@@ -103,7 +108,7 @@ window.clawdCharts = (function () {
   function adapterStrip(el, adapters) {
     clear(el);
     const shown = adapters.slice(-24);
-    const W = 760, H = 70, L = 30, R = 30;
+    const W = width(el), H = 70, L = 30, R = 30;
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "strip", role: "img", "aria-label": "adapter versions" });
     const n = shown.length;
     const x = (i) => (n <= 1 ? W / 2 : L + (i / (n - 1)) * (W - L - R));
