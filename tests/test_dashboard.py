@@ -180,6 +180,9 @@ def test_data_endpoints_page_by_keyset_and_refuse_bad_input(dash):
         assert r.status_code == status and r.json()["error"]["param"] == param, (path, params)
     for path, body, status in (("/v1/clawd/sessions/abc/exclude", None, 400), ("/v1/clawd/sessions/99999/exclude", None, 404),
                                ("/v1/clawd/sessions/1/forget", None, 404), ("/v1/clawd/learning/sideways", None, 404),
+                               ("/v1/clawd/sessions/99999999999999999999999/exclude", None, 400),
+                               ("/v1/clawd/sessions/²/exclude", None, 400),
+                               ("/v1/clawd/adapters/use", b"{not json", 400),
                                ("/v1/clawd/learning/pause", b"{not json", 400)):
         r = httpx.post(d.url + path, content=body)
         assert r.status_code == status and r.json()["error"]["message"], path

@@ -171,7 +171,10 @@ def create_app(daemon: Any) -> FastAPI:
     @app.post("/v1/clawd/adapters/{action}")
     async def adapters_action(action: str, request: Request):
         raw = await request.body()
-        body = json.loads(raw) if raw.strip() else {}
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except ValueError as e:
+            raise protocol.ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
         version = body.get("version") if isinstance(body, dict) else None
         if action == "use" and not isinstance(version, int):
             raise protocol.ApiError(400, 'Send {"version": N}.', param="version")

@@ -31,8 +31,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 PAGE_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                 "Cache-Control": "no-cache"}
-STATIC_TYPES = {"app.js": "text/javascript", "charts.js": "text/javascript", "style.css": "text/css",
-                "icon.svg": "image/svg+xml"}
+STATIC_TYPES = {"app.js": "text/javascript; charset=utf-8", "charts.js": "text/javascript; charset=utf-8",
+                "style.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
 MAX_LIMIT = 100
 
 
@@ -51,10 +51,9 @@ def _file(name: str) -> bytes:
     return (resources.files("clawd.serve") / "static" / name).read_bytes()
 
 
-def page(name: str, status: int = 200, media_type: str = "text/html") -> Response:
+def page(name: str, status: int = 200, media_type: str = "text/html; charset=utf-8") -> Response:
     """One of the shipped static files with the page's security headers."""
-    return Response(_file(name), status_code=status, media_type=f"{media_type}; charset=utf-8"
-                    if media_type != "image/svg+xml" else media_type, headers=PAGE_HEADERS)
+    return Response(_file(name), status_code=status, media_type=media_type, headers=PAGE_HEADERS)
 
 
 def locked_page() -> Response:
@@ -71,7 +70,8 @@ def _int(request: Request, name: str, default: int | None, lo: int = 1, hi: int 
     except ValueError:
         value = None
     if value is None or not lo <= value <= hi:
-        raise protocol.ApiError(400, f"Invalid value for '{name}': {raw!r}; an integer from {lo} to {hi}.", param=name)
+        allowed = f"from {lo} to {hi}" if hi < 2**62 else f"of at least {lo}"
+        raise protocol.ApiError(400, f"Invalid value for '{name}': {raw!r}; an integer {allowed}.", param=name)
     return value
 
 
@@ -136,7 +136,7 @@ def add_dashboard(app: FastAPI, daemon: Any) -> None:
         if action not in ("exclude", "include"):
             raise protocol.ApiError(404, f"Unknown session action {action!r}; one of exclude, include.",
                                     code="not_found")
-        if not session_id.isdigit():
+        if not (session_id.isascii() and session_id.isdigit() and int(session_id) < 2**62):
             raise protocol.ApiError(400, f"Invalid session id {session_id!r}; an integer.", param="session_id")
         excluded = action == "exclude"
         if not await asyncio.to_thread(store.set_session_excluded, int(session_id), excluded):
