@@ -28,7 +28,8 @@ def status(st: dict) -> None:
     last = tr["last"]
     t.add_row("training", (f"last round {last['event']} {ago(time.time() - last['at'])} ago; " if last else "no round yet; ")
               + f"next when {tr['ready']}/{tr['batch']} turns are ready and idle {tr['idle_seconds']:.0f}s"
-              + ("" if tr["auto"] else " (auto_learn is off)"))
+              + ("" if tr["auto"] else " (auto_learn is off)")
+              + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.get("paused") else ""))
     if tr["progress"] and st["doing"].startswith("training"):
         t.add_row("progress", json.dumps(tr["progress"]))
     t.add_row("memory", f"{st['memory_mb']:.0f} MB")

@@ -112,7 +112,8 @@ class Daemon:
             "training": {"last": st.last_train, "progress": st.train_progress, "last_publish": st.last_publish,
                          "batch": self.settings.train_batch,
                          "ready": self._ready_to_train(),
-                         "auto": self.settings.auto_learn, "idle_seconds": self.settings.idle_seconds},
+                         "auto": self.settings.auto_learn, "idle_seconds": self.settings.idle_seconds,
+                         "paused": self.store.learning_paused()},
             "memory_mb": _rss_mb(),
             "home": str(self.settings.home),
         }

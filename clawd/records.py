@@ -121,3 +121,63 @@ class Adapter:
     meta: dict[str, Any]  # the trainer's meta.json: run, turns, settings, metrics
     gate: dict[str, Any] | None  # the gate's result (passed, reasons, summary, replay, seconds, checks)
     created: float
+
+
+# -- what the dashboard reads (issue 17): summaries of the rows above, cut to what a page shows --
+@dataclass
+class TurnView:
+    """One turn as the dashboard lists it: texts cut to a readable length, no token arrays."""
+
+    id: int
+    completion_id: str
+    session_id: int
+    index: int
+    kind: TurnKind
+    status: TurnStatus
+    created: float
+    adapter_version: int | None
+    user: str  # the request's last user message ('' when it has none)
+    answer: str
+    tool_calls: list[dict[str, str]]  # [{"name", "arguments"}]
+    next_role: str | None  # what came after the turn: 'user' or 'tool'; None = nothing yet
+    next_state: str | None
+    judge_score: int | None
+    judge_hint: str | None
+    feedback_score: int | None
+    feedback_comment: str | None
+    feedback_hint: bool  # the comment was kept as the turn's OPD hint
+    trained: bool  # a finished training run used this turn
+    session_excluded: bool
+    truncated: list[str] = field(default_factory=list)  # which of user/answer/next_state were cut
+
+
+@dataclass
+class SessionView:
+    """A session with the rewards of its turns (explicit feedback over the judge's score)."""
+
+    id: int
+    key: str
+    first_seen: float
+    last_seen: float
+    closed: bool
+    excluded: bool  # kept out of training by the user
+    turns: int
+    scored: int
+    trained: int
+    mean: float | None  # mean reward of the scored turns; None when none is scored
+    positive: int
+    negative: int
+
+
+@dataclass
+class RewardBucket:
+    """A run of consecutive scored turns (by id) and their mean reward: one point of the trend."""
+
+    first_turn: int
+    last_turn: int
+    start: float  # when its first and last turn were recorded
+    end: float
+    n: int
+    mean: float
+    positive: int
+    negative: int

@@ -6,7 +6,8 @@ request in flight, none for `idle_seconds`, and on CUDA a GPU below `gpu_busy_pe
 judge yields to users between tokens by itself (the engine's priority lock); the trainer child
 is paused between micro-steps while anyone is being served, and resumed when idle again. Every
 job can be killed at any point: judgments are unique per turn, training resumes from its last
-checkpoint, publishing is idempotent.
+checkpoint, publishing is idempotent. While the user has paused learning, nothing trains or
+publishes (a round under way is stopped at its checkpoint); judging goes on.
 """
 
 from __future__ import annotations
@@ -144,13 +145,21 @@ class Scheduler:
         if closed:
             log.info("closed %d idle session(s)", closed)
         idle = self.idle()
+        # The user's switch (dashboard, POST /v1/clawd/learning/pause), read from the database every
+        # tick so that it holds across restarts: no training, no publishing; judging goes on.
+        paused = self.store.learning_paused()
         if self.trainer is not None:
-            self._watch_trainer(idle)
+            if paused and self.trainer.alive:
+                # stopped, not paused: a pause may last days, and a stopped child gives its memory
+                # back; the staged round resumes from its last checkpoint once learning resumes
+                log.info("learning paused: stopping the training round at its next micro-step")
+                self.trainer.stop()
+            self._watch_trainer(idle, paused)
             return
         if not idle:
             self._set("serving" if self.activity().in_flight else "waiting for idle")
             return
-        may_train = time.time() >= self._train_backoff_until
+        may_train = not paused and time.time() >= self._train_backoff_until
         if may_train and self.jobs.staged():
             self._start_training("a stop interrupted the last round")  # it resumes from its checkpoint
             return
@@ -162,7 +171,7 @@ class Scheduler:
             self.state.judge_progress = {"judged": n, "at": time.time()}
             return
         pending = self.jobs.unpublished()
-        if pending is not None and pending not in self._publish_tried:
+        if not paused and pending is not None and pending not in self._publish_tried:
             # trained, then the daemon stopped before the gate: finish the job once (a failure is kept
             # in the log and status; `clawd publish N` retries by hand)
             self._publish_tried.add(pending)
@@ -179,9 +188,9 @@ class Scheduler:
             self._asked.discard("train")
             log.info("a round was asked for, but %s", "no judged turn is ready" if may_train else
                      "the last round failed and its backoff has not passed")
-        self._set("idle")
+        self._set("idle, learning paused" if paused else "idle")
 
-    def _watch_trainer(self, idle: bool) -> None:
+    def _watch_trainer(self, idle: bool, paused: bool = False) -> None:
         t = self.trainer
         for ev in t.events():
             self.state.train_progress = ev
@@ -204,7 +213,7 @@ class Scheduler:
                 self._set("training")
             return
         self.trainer = None
-        if (self.state.last_train or {}).get("event") == "done":
+        if (self.state.last_train or {}).get("event") == "done" and not paused:  # else once learning resumes
             self._publish()
         self._set("idle")
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from .migrations import MIGRATIONS
 from .records import Adapter, Feedback, Judgment, NextState, ToolCall, Turn, Vote
+from .store_views import DashboardQueries
 
 # Main turns that finished, have a next state and no judgment yet.
 _UNJUDGED = ("FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"
@@ -46,7 +47,7 @@ def _storage_error(path: Path, e: sqlite3.Error) -> StorageError:
                         "that file and its directory; clawd carries on by itself once it can write.")
 
 
-class Store:
+class Store(DashboardQueries):
     def __init__(self, path: Path):
         self.path = Path(path)
         new = not self.path.exists()
@@ -113,7 +114,7 @@ class Store:
                     raise _storage_error(self.path, e) from e
                 raise
 
-    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+    def _read(self, sql: str, args: tuple | dict[str, Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
@@ -314,8 +315,8 @@ class Store:
 
     # -- training rounds (train) ------------------------------------------------------------------
     def ready_turns(self, rl: bool, opd: bool, limit: int) -> list[int]:
-        """Main turns that no finished run has used, oldest first, with a signal: a non-zero score
-        (`rl`) or a hint (`opd`). Explicit feedback overrides the judge; the judge's hint counts
+        """Main turns that no finished run has used, none from a session the user excluded, oldest
+        first, with a signal: a non-zero score (`rl`) or a hint (`opd`). Explicit feedback overrides the judge; the judge's hint counts
         unless the user's feedback was positive."""
         rows = self._read(
             "SELECT t.id FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
@@ -325,6 +326,7 @@ class Store:
             "      CASE WHEN f.turn_id IS NULL OR f.score < 0 THEN j.hint END, '')) != ''))"
             " AND t.id NOT IN (SELECT u.turn_id FROM train_uses u JOIN train_runs r ON r.id = u.run_id"
             "                  WHERE r.status = 'done')"
+            " AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1)"  # the user kept them out
             " ORDER BY t.id LIMIT ?", (int(rl), int(opd), limit))
         return [r[0] for r in rows]
 
@@ -352,11 +354,13 @@ class Store:
 
     def positive_turns(self, limit: int, exclude: set[int] | None = None) -> list[Turn]:
         """The most recent finished main turns judged +1 (explicit feedback overrides the judge),
-        newest first, leaving out `exclude` (the turns an adapter was trained on)."""
+        newest first, leaving out `exclude` (the turns an adapter was trained on) and the turns of
+        sessions excluded from training (the gate replays these; what is private stays out)."""
         rows = self._read(
             "SELECT t.* FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
             " WHERE t.kind = 'main' AND t.status = 'ok' AND COALESCE(f.score, j.score) = 1"
-            " AND length(t.completion_ids) > 0 ORDER BY t.id DESC")
+            " AND length(t.completion_ids) > 0 AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1)"
+            " ORDER BY t.id DESC")
         out = []
         for r in rows:
             if exclude and r["id"] in exclude:

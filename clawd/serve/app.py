@@ -9,17 +9,20 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..config import is_loopback
 from ..hints import feedback_hint
 from ..records import Feedback
 from ..store import StorageError
 from . import protocol
 from .chat import ChatService, Event, Prepared
+from .dashboard import add_dashboard, cookie_name, cookie_token, locked_page
 
 log = logging.getLogger("clawd.serve")
 
@@ -29,29 +32,62 @@ def _error(e: protocol.ApiError) -> JSONResponse:
 
 
 class _Guard:
-    """Plain ASGI middleware (streaming and disconnects pass through untouched): the API key on
-    every route but /health, compared in constant time; bodies over the limit refused early."""
+    """Plain ASGI middleware (streaming and disconnects pass through untouched), on every route but
+    /health: the API key, compared in constant time, from the Bearer header (API clients) or the
+    dashboard's cookie (set by opening /?key=KEY); bodies over the limit refused early.
 
-    def __init__(self, app, api_key: str | None, max_body: int):
-        self.app, self.api_key, self.max_body = app, api_key, max_body
+    Two checks keep web pages the user visits from driving a local daemon through the browser: on
+    loopback the Host must be a loopback name (DNS rebinding would otherwise make another site
+    same-origin and let it read the recorded turns), and a request that changes something must
+    not come from another origin (a cross-site form POST needs no CORS)."""
+
+    def __init__(self, app, api_key: str | None, max_body: int, local_only: bool, port: int):
+        self.app, self.api_key, self.max_body, self.local_only = app, api_key, max_body, local_only
+        self.token, self.cookie = cookie_token(api_key) if api_key else "", cookie_name(port)  # "": no key, no cookie
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        err = None
-        if self.api_key and scope["path"] != "/health":
-            given = headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, f"Bearer {self.api_key}".encode()):
-                err = protocol.ApiError(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.",
-                                        code="invalid_api_key")
+        refusal = None if scope["path"] == "/health" else self._refusal(scope, headers)
         length = headers.get("content-length", "")
-        if err is None and length.isdigit() and int(length) > self.max_body:
-            err = protocol.ApiError(413, f"Request body is larger than {self.max_body} bytes (setting max_body_bytes).",
-                                    code="request_too_large")
-        if err is not None:
-            return await _error(err)(scope, receive, send)
+        if refusal is None and length.isdigit() and int(length) > self.max_body:
+            refusal = _error(protocol.ApiError(413, f"Request body is larger than {self.max_body} bytes (setting "
+                                                    "max_body_bytes).", code="request_too_large"))
+        if refusal is not None:
+            return await refusal(scope, receive, send)
         return await self.app(scope, receive, send)
+
+    def _refusal(self, scope, headers: dict[str, str]) -> Response | None:
+        host = headers.get("host", "")
+        name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+        if self.local_only and host and not is_loopback(name):
+            return _error(protocol.ApiError(403, f"Host '{host}' refused: clawd listens on loopback only; open "
+                                                 "http://127.0.0.1:PORT.", code="host_not_allowed"))
+        origin = headers.get("origin")
+        if origin is not None and scope["method"] not in ("GET", "HEAD") and origin not in (f"http://{host}",
+                                                                                          f"https://{host}"):
+            return _error(protocol.ApiError(403, f"Cross-origin request from {origin} refused.", code="cross_origin"))
+        if not self.api_key:
+            return None
+        path = scope["path"]
+        if path == "/":
+            given = parse_qs(scope["query_string"].decode("latin-1")).get("key")
+            if given is not None:  # /?key=KEY: swap the key in the address bar for a cookie
+                if not hmac.compare_digest(given[0].encode(), self.api_key.encode()):
+                    return locked_page()
+                r = RedirectResponse("/", status_code=303, headers={"Referrer-Policy": "no-referrer"})
+                r.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
+                return r
+        if hmac.compare_digest(headers.get("authorization", "").encode(), f"Bearer {self.api_key}".encode()):
+            return None
+        cookies = dict(c.strip().partition("=")[::2] for c in headers.get("cookie", "").split(";") if "=" in c)
+        if hmac.compare_digest(cookies.get(self.cookie, "").encode(), self.token.encode()):
+            return None
+        if path == "/" or path.startswith("/static/"):
+            return locked_page()
+        return _error(protocol.ApiError(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY' "
+                                             "(the dashboard: open /?key=KEY once).", code="invalid_api_key"))
 
 
 def create_app(daemon: Any) -> FastAPI:
@@ -60,7 +96,8 @@ def create_app(daemon: Any) -> FastAPI:
     app.state.daemon = daemon
     settings = daemon.settings
 
-    app.add_middleware(_Guard, api_key=settings.api_key, max_body=settings.max_body_bytes)
+    app.add_middleware(_Guard, api_key=settings.api_key, max_body=settings.max_body_bytes,
+                       local_only=is_loopback(settings.host), port=settings.port)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -94,11 +131,11 @@ def create_app(daemon: Any) -> FastAPI:
     async def models():
         return {"object": "list", "data": [
             {"id": settings.model_id, "object": "model", "created": int(daemon.started), "owned_by": "clawd",
-             "context_length": daemon.engine.n_ctx}]}
+             "context_length": daemon.engine.n_ctx, "adapter": daemon.engine.adapter_version}]}
 
     @app.get("/v1/clawd/status")
     async def status():
-        return daemon.status()
+        return await asyncio.to_thread(daemon.status)  # reads the database: off the event loop
 
     @app.post("/v1/feedback")
     async def feedback(request: Request):
@@ -134,7 +171,10 @@ def create_app(daemon: Any) -> FastAPI:
     @app.post("/v1/clawd/adapters/{action}")
     async def adapters_action(action: str, request: Request):
         raw = await request.body()
-        body = json.loads(raw) if raw.strip() else {}
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except ValueError as e:
+            raise protocol.ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
         version = body.get("version") if isinstance(body, dict) else None
         if action == "use" and not isinstance(version, int):
             raise protocol.ApiError(400, 'Send {"version": N}.', param="version")
@@ -167,6 +207,8 @@ def create_app(daemon: Any) -> FastAPI:
         st = await asyncio.to_thread(daemon.status)
         return {"asked": job, "doing": st["doing"], "ready": st["training"]["ready"], "batch": st["training"]["batch"],
                 "backlog": await asyncio.to_thread(daemon.judge.backlog_size)}
+
+    add_dashboard(app, daemon)  # the page at / and the endpoints it reads
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -147,6 +147,7 @@ def _train(settings, store, adapters: AdapterDir, backend, progress, control, st
     turns = [store.turn(i) for i in st["turn_ids"]]
     if any(t is None for t in turns):
         raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
+    _check_not_excluded(store, st)
     match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
     limit = train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
     samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
@@ -214,6 +215,7 @@ def _train(settings, store, adapters: AdapterDir, backend, progress, control, st
                  k["train_tis_cap"])
     if micro:
         metrics["micro_step_s"] = {"mean": round(sum(micro) / len(micro), 3), "max": round(max(micro), 3)}
+    _check_not_excluded(store, st)  # a session excluded while this round ran: nothing of it is written
     version, path, meta = _write_adapter(adapters, store, backend, st, k, metrics, model_path, sha)
     store.record_round(st["run_id"], version, str(path), st["parent"], meta, st["turn_ids"], metrics)
     shutil.rmtree(adapters.staging, ignore_errors=True)
@@ -221,6 +223,13 @@ def _train(settings, store, adapters: AdapterDir, backend, progress, control, st
              st["losses"][0], st["losses"][-1], seconds)
     progress({"event": "done", "run_id": st["run_id"], "version": version, "path": str(path), **metrics})
     return RoundResult(st["run_id"], version, path, metrics)
+
+
+def _check_not_excluded(store: Store, st: dict) -> None:
+    excluded = store.excluded_turns(st["turn_ids"])
+    if excluded:
+        raise TrainError(f"turns {excluded} of run {st['run_id']} belong to a session excluded from training since the "
+                         "round began; the round is discarded and the next one selects its turns again")
 
 
 def _scored(control: Control, score: Callable[[], torch.Tensor]) -> torch.Tensor:

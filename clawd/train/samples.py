@@ -203,6 +203,7 @@ def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, e
 
 
 def ready_turns(store: Store, method: str, limit: int) -> list[int]:
-    """Main turns with a signal for `method` that no finished run has used, oldest first."""
+    """Main turns with a signal for `method` that no finished run has used, oldest first, none
+    from a session the user excluded from training."""
     rl, opd = (w > 0 for w in WEIGHTS[method])
     return store.ready_turns(rl, opd, limit)
