@@ -30,9 +30,7 @@ class PriorityLock:
         try:
             yield
         finally:
-            with self._cond:
-                self._held = False
-                self._cond.notify_all()
+            self._release()
 
     @contextmanager
     def background(self):
@@ -43,9 +41,12 @@ class PriorityLock:
         try:
             yield
         finally:
-            with self._cond:
-                self._held = False
-                self._cond.notify_all()
+            self._release()
+
+    def _release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
 
     def should_yield(self) -> bool:
         return self._users_waiting > 0
