@@ -353,6 +353,7 @@ class PromptCache:
         entries = list(self.entries)  # read from the HTTP thread while a request may change the list
         mem = [e for e in entries if e.data is not None]
         disk = [e for e in entries if e.path is not None]
-        return {"entries": len(mem), "bytes": sum(e.nbytes for e in mem), "budget_bytes": self.budget,
+        return {"entries": len(mem), "bytes": sum(e.nbytes for e in mem), "tokens": sum(len(e.tokens) for e in mem),
+                "budget_bytes": self.budget,
                 "disk_entries": len(disk), "disk_bytes": sum(e.nbytes for e in disk), "disk_budget_bytes": self.disk_budget,
                 "hits": dict(self.hits), "misses": self.misses}
