@@ -16,9 +16,9 @@
    (d) a new session's first turn after a daemon restart (SIGTERM, start again).
    Each case reports prompt tokens evaluated and time to first token (the daemon's own timings),
    with the memory the kept prompt states cost. A cold prefill (nothing reused: the `off` daemon
-   after an unrelated request, or where `off` is cold anyway) is run for the cases that end each
-   scenario, and every answer (greedy, token ids) is compared between `cache` and `off` and with
-   the cold run's.
+   after an unrelated request, or where `off` is cold anyway) is run for A's second turn, B's last,
+   (c) and (d), and every answer (greedy, token ids) is compared between `cache` and `off` and
+   with the cold run's.
 Results: bench/results/cache.json (and bench/out/cache.json).
 """
 
@@ -223,9 +223,10 @@ def play(sides: list[Side], args: argparse.Namespace, cold: Side) -> list[dict]:
         step(f"(b) B turn {k + 1}", "B", "what files are in my workspace?", "demo2")
         step(f"(b) A turn {k + 3}", "A")
     step("(c) new session C, turn 1", "C", "write a haiku about the sea", "demo3")
-    # Cold prefills of what ended (b) and (c), on the `off` daemon after an unrelated request:
-    # nothing of those prompts is in its context then. ((a)'s A turn 2 and (d) are cold on `off` anyway.)
-    for row in cases[-3:]:
+    # Cold prefills of B's last turn (restored from memory) and of (c), on the `off` daemon after an
+    # unrelated request: nothing of those prompts is in its context then. (A's turn 2 in (a) and (d)
+    # are cold on `off` anyway.) Each costs a full prefill, the bench's largest cost.
+    for row in (cases[-3], cases[-1]):
         cold.ask({"model": "clawd", "messages": [{"role": "user", "content": "Say hi."}], "max_completion_tokens": 2})
         row["cold"], _ = cold.ask(row["cache_body"])
         print(f"  {'cold prefill: ' + row['case']:44} {row['cold']['evaluated']:>6} evaluated, ttft {row['cold']['ttft_s']:7.2f} s",
