@@ -100,7 +100,7 @@ class Engine:
         )
         self.lock = PriorityLock()
         self._live = 0  # leading positions of the serving context evaluated as prompt; the last answer follows
-        self.cache = PromptCache(cache_mb, cache_dir, cache_disk_mb) if cache_mb else None
+        self.cache = PromptCache(cache_mb, cache_dir, cache_disk_mb) if cache_mb and self._cuttable else None
         self._rekey()
         log.info("model loaded in %.1fs: context %d tokens, vocabulary %d, %d threads",
                  self.load_seconds, self.n_ctx, self.n_vocab, threads)
@@ -121,9 +121,16 @@ class Engine:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    @property
+    def _cuttable(self) -> bool:
+        """A recurrent or hybrid model keeps one state per sequence that cannot be cut at a position: it reuses nothing."""
+        return not (llama_cpp.llama_model_is_recurrent(self.llm.model) or llama_cpp.llama_model_is_hybrid(self.llm.model))
+
     def cached_prefix(self, prompt: list[int]) -> int:
         """How many leading prompt tokens the serving context holds that a request would reuse
         (prompt positions only, in multiples of ALIGN, at least 2 left to evaluate: prompt_cache.reusable)."""
+        if not self._cuttable:
+            return 0
         live = self.llm.input_ids[: min(self._live, self.llm.n_tokens)]  # a caller may have reset the Llama itself
         return reusable(common_prefix(live, np.asarray(prompt, np.int32)), len(prompt))
 

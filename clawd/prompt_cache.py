@@ -7,14 +7,16 @@ among the live context and the entries, restoring an entry into the context when
 live one, and evaluates only the rest. OpenClaw sessions share their system prompt and tools
 (~12k tokens), so a new session's first turn evaluates only what differs.
 
-Which copy. Measured by `bench/cache.py` on the bundled SmolLM2-135M, a 4,096-token prefix:
-`Llama.save_state`/`load_state` keep 90 MiB of KV plus a copy of the n_batch × n_vocab scores
-(96 MiB here, 297 MiB for Qwen2.5's vocabulary) and took 274/154 ms. `llama_state_get_data` of the
-whole context was 90 MiB in 27/23 ms, `llama_state_seq_get_data` of one sequence 90 MiB
-(22.5 KiB a token) in 30/14 ms. The sequence calls are used: they cost what the whole-context
-ones cost, restore into one sequence without touching the rest of the context, and copy exactly
-the positions kept (the context is cut to them first). llama.cpp's own server keeps its RAM
-prompt cache the same way.
+Which copy. Measured by `bench/cache.py` on the bundled SmolLM2-135M, a 4,096-token prefix, 2
+busy cores (bench/results/cache.json): `Llama.save_state`/`load_state` keep 186 MiB, the KV and a
+copy of the n_batch × n_vocab scores (96 MiB here; 297 MiB with Qwen2.5's vocabulary), in
+292/144 ms (save/load). `llama_state_get_data` of the whole context is 90 MiB in 31/24 ms, and
+`llama_state_seq_get_data` of one sequence 90 MiB (22.5 KiB a token) in 30/22 ms. The sequence
+calls are used: they cost what the whole-context ones cost, restore into one sequence without
+touching the rest of the context, and copy exactly the positions kept (the context is cut to
+them first). llama.cpp's own server keeps its RAM prompt cache the same way. (A second sequence in
+the context's own KV cache would need no copy, but would hold every kept prompt inside n_ctx
+cells, allocated up front; it was not measured.)
 
 What is reused is exactly what a cold run computes. llama.cpp's CPU kernels compute a token
 differently when it is alone in a batch, or in a partial block of rows (Qwen2.5's repacked Q4_K
