@@ -76,6 +76,7 @@ class BackgroundContext:
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         self.waited_s = 0.0  # time spent waiting for user requests (and other holders) to finish
         self.steps = 0
+        self.evaluated = 0  # tokens decoded (prompt and sampled), aborted batches not counted
         self.aborts = 0  # prompt batches given up for a user request
         log.info("background context: %d tokens", n_ctx)
 
@@ -118,6 +119,7 @@ class BackgroundContext:
             out = np.stack([np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(n_vocab,)).copy() for i in rows])
         self.tokens.extend(tokens)
         self.steps += 1
+        self.evaluated += len(tokens)
         return out if logits_all else out[0]
 
     def _decode_all(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray:

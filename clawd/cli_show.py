@@ -32,6 +32,7 @@ def status(st: dict) -> None:
               + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.get("paused") else ""))
     if tr["progress"] and st["doing"].startswith("training"):
         t.add_row("progress", json.dumps(tr["progress"]))
+    t.add_row("prompt cache", cache_line(st.get("prompt_cache")))
     t.add_row("memory", f"{st['memory_mb']:.0f} MB")
     t.add_row("data", st["home"])
     Console().print(t)
@@ -53,6 +54,16 @@ def judge_line(j: dict) -> str:
                 f"explicit feedback and verdicts past {j['threshold']:.2f} confidence only ({figures})")
     return (f"[red]not trusted[/red] (accuracy {j['cv_trusted']['accuracy']:.2f}): learns from explicit feedback only "
             "(POST /v1/feedback)")
+
+
+def cache_line(c: dict | None) -> str:
+    if c is None:
+        return "off (prompt_cache_mb 0): only the context's own prefix is reused"
+    mib = 2**20
+    h = c["hits"]
+    return (f"{c['entries']} prompt(s), {c['bytes'] / mib:.0f} of {c['budget_bytes'] / mib:.0f} MiB in memory; "
+            f"{c['disk_entries']} on disk, {c['disk_bytes'] / mib:.0f} of {c['disk_budget_bytes'] / mib:.0f} MiB; "
+            f"prefix from the context {h['live']}×, memory {h['memory']}×, disk {h['disk']}×, none {c['misses']}×")
 
 
 def ago(seconds: float | None) -> str:

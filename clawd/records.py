@@ -38,7 +38,7 @@ class Turn:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     adapter_version: int | None = None
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)  # seconds and token counts; cached_from names where the prefix came from
     status: TurnStatus = "running"
     id: int | None = None
 

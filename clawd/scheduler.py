@@ -91,7 +91,8 @@ class Scheduler:
 
     def shutdown(self) -> None:
         self._stop_judge.set()
-        self._sched.shutdown(wait=False)
+        if self._sched.running:  # not started when auto_learn is off
+            self._sched.shutdown(wait=False)
         if self.trainer is not None and self.trainer.alive:
             self.trainer.stop(timeout=30)
 

@@ -8,6 +8,8 @@ import stat
 import httpx
 from conftest import Daemon
 
+from clawd.prompt_cache import ALIGN
+
 TOOLS = [{
     "type": "function",
     "function": {
@@ -121,7 +123,7 @@ def test_prefix_cache_reused(daemon: Daemon):
     r = c.chat.completions.create(model="clawd", messages=msgs2, max_tokens=4)
     timings = json.loads(daemon.turn(r.id)["timings"])
     assert timings["cached_tokens"] > 200
-    assert timings["evaluated_prompt_tokens"] < 20
+    assert timings["evaluated_prompt_tokens"] < 20 + ALIGN  # prefixes are reused in multiples of ALIGN
     assert r.usage.prompt_tokens_details.cached_tokens == timings["cached_tokens"]
 
 

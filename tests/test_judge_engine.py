@@ -16,6 +16,7 @@ from conftest import seed_judge
 from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.judge import Judge
+from clawd.prompt_cache import reusable
 from clawd.records import NextState, ToolCall, Turn
 
 CASES = Path(__file__).parent / "data" / "judge_cases.jsonl"
@@ -64,9 +65,9 @@ def test_background_work_leaves_the_serving_prefix_cache_intact(engine):
     assert sampled and ctx.steps > steps + len(sampled)  # the background context really decoded
 
     assert list(engine.llm.input_ids[: engine.llm.n_tokens]) == held
-    assert engine.cached_prefix(prompt) == len(prompt) - 1
+    assert engine.cached_prefix(prompt) == reusable(len(prompt), len(prompt))
     after, info = serve(engine, prompt)
-    assert info.n_cached == len(prompt) - 1  # the request reused the whole prefix...
+    assert info.n_cached == reusable(len(prompt), len(prompt))  # the request reused the whole prefix...
     # ...and that prefix still holds the right keys and values: a clobbered cache answers differently
     assert [s.token for s in after] == [s.token for s in before]
     assert [s.logprob for s in after] == pytest.approx([s.logprob for s in before], abs=1e-4)

@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -92,7 +93,14 @@ class _Guard:
 
 def create_app(daemon: Any) -> FastAPI:
     """`daemon` carries settings, engine, store and chat (see clawd.daemon.Daemon)."""
-    app = FastAPI(title="clawd", version="0.1.0")
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        # uvicorn re-raises SIGTERM once it has shut down, ending the process before any code
+        # after uvicorn.run: stopping work belongs here
+        await asyncio.to_thread(daemon.close)
+
+    app = FastAPI(title="clawd", version="0.1.0", lifespan=lifespan)
     app.state.daemon = daemon
     settings = daemon.settings
 

@@ -211,7 +211,7 @@ class ChatService:
             "queued_s": round(start - t_queued, 4),
             "first_token_s": round((t_first or end) - start, 4),
             "total_s": round(end - start, 4),
-            "prompt_tokens": info.n_prompt, "cached_tokens": info.n_cached,
+            "prompt_tokens": info.n_prompt, "cached_tokens": info.n_cached, "cached_from": info.cache,
             "evaluated_prompt_tokens": info.n_prompt - info.n_cached if info.n_evaluated is None else info.n_evaluated,
             "completion_tokens": len(turn.completion_ids),
         }
