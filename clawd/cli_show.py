@@ -29,6 +29,10 @@ def status(st: dict) -> None:
     t.add_row("training", (f"last round {last['event']} {ago(time.time() - last['at'])} ago; " if last else "no round yet; ")
               + f"next when {tr['ready']}/{tr['batch']} turns are ready and idle {tr['idle_seconds']:.0f}s"
               + ("" if tr["auto"] else " (auto_learn is off)"))
+    t.add_row("backend", f"{tr.get('backend') or 'none yet'} (train_backend={tr.get('backend_setting', '?')})")
+    plan = tr.get("memory_plan")
+    if plan:
+        t.add_row("memory plan", f"{plan['decision']}: {plan['reason']}")
     if tr["progress"] and st["doing"].startswith("training"):
         t.add_row("progress", json.dumps(tr["progress"]))
     t.add_row("memory", f"{st['memory_mb']:.0f} MB")
