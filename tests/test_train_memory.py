@@ -73,6 +73,7 @@ def test_24gb_card_serving_8b_q4_k_m_trains_4bit_shortened():
     assert p.decision == "shrink" and "16384 training tokens need" in p.reason
     assert MIN_TRAIN_TOKENS <= p.train_tokens < 16384 and p.train_tokens % STEP == 0
     assert p.training.total <= p.available  # what it trains at fits (available: free less pending and reserve)
+    assert p.cap == free - s.pending - 512 * MiB and p.available < p.cap  # the trainer's hard limit on CUDA
     longer = plan("cuda", free, s, LLAMA_8B, four_bit=True, r=16, tokens=p.train_tokens + STEP, completion=1024)
     assert longer.decision == "shrink"  # and the next step up would not: the longest length that fits
     assert p.as_dict()["train_tokens"] == p.train_tokens and p.as_dict()["training_mib"]["total"] > 9000

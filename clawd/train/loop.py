@@ -179,6 +179,8 @@ def _memory_plan(settings: Settings, store: Store, st: dict, backend: Backend | 
              d["training_mib"]["activations"], d["training_mib"]["logits"], plan.training.tokens, d["reserve_mib"])
     if plan.decision == "wait":
         raise NoRoom(plan)
+    if cuda and backend is None:  # this process allocates nothing past the plan's cap: serving keeps the rest
+        torch.cuda.set_per_process_memory_fraction(max(0.0, min(1.0, plan.cap / torch.cuda.mem_get_info()[1])))
     if plan.decision == "shrink":
         log.warning("training at %d tokens instead of %d so that serving keeps its memory: %s", plan.train_tokens,
                     plan.requested_tokens, plan.reason)

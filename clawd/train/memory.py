@@ -204,12 +204,20 @@ class Plan:
         """What training may take: free memory less serving's pending part and the reserve."""
         return self.free - self.serving.pending - self.reserve
 
+    @property
+    def cap(self) -> int:
+        """The most the trainer may ever hold: free memory less serving's pending part and the
+        fixed reserve (the estimate's own tenth is the trainer's to use). On CUDA the trainer caps
+        its allocator at this, so an estimate that fell short makes training fail, not serving."""
+        return self.free - self.serving.pending - RESERVE_FIXED[self.device]
+
     def as_dict(self) -> dict[str, Any]:
         """The record kept with the round: sizes in MiB, the decision and why."""
         mib = lambda b: round(b / MiB, 1)  # noqa: E731
         return {"device": self.device, "decision": self.decision, "reason": self.reason,
                 "requested_tokens": self.requested_tokens, "train_tokens": self.train_tokens,
                 "free_mib": mib(self.free), "available_mib": mib(self.available), "reserve_mib": mib(self.reserve),
+                "cap_mib": mib(self.cap),
                 "serving_mib": {k: mib(v) for k, v in asdict(self.serving).items() if k != "device"}
                 | {"pending": mib(self.serving.pending)},
                 "training_mib": {k: mib(getattr(self.training, k)) for k in ("base", "lora", "activations", "logits", "total")},
