@@ -6,15 +6,15 @@
 #   device tool:  run(command="bash scripts/device-check.sh", carry=[".device"], timeout_s=600)
 #
 # What travels (sizes as device-prepare.sh printed them, 2026-12-01):
-#   the repo's tracked files                                      1.4 MB
+#   the repo's tracked files                                      1.5 MB
 #   .device/llama-cpp-python-0.3.36-trimmed.tar.gz                3.4 MB  (the sdist is 76.6 MB;
 #       scripts/llama-trimmed.sh keeps llama_cpp/, llama.cpp's src, include, vendor, cmake, ggml
 #       with its CPU and CUDA backends only, and convert_hf_to_gguf.py with its gguf-py)
 #   .device/payload.tar.gz                                       10.5 MB
 #       site/: bitsandbytes 0.50.2 with its CPU and CUDA 13.0/13.2 libraries only (8.2 MB
-#       unpacked; the wheel's other builds are 0.2 GB), pydantic 2.13.4 + pydantic-core 2.46.4
+#       unpacked; the wheel's other 13 builds are 0.12 GB), pydantic 2.13.4 + pydantic-core 2.46.4
 #       (cp312), pydantic-settings, annotated-types, typing-inspection, python-dotenv, gguf 0.19.0,
-#       diskcache: what clawd imports that the image lacks (KINDS.md's list)
+#       diskcache, typing-extensions: what clawd imports that the image lacks or has too old
 #       tokenizer/: the bundled SmolLM2's tokenizer (3.4 MB unpacked)
 #   in all about 15 MiB of the 64 MiB a call may carry. Unsloth (a 29 MB wheel, plus unsloth_zoo,
 #   trl and xformers builds for the image's torch) does not travel: the round is the plain

@@ -9,9 +9,10 @@
 #   .device/payload.tar.gz
 #     site/        Python packages the device image lacks (KINDS.md lists what it has), unpacked
 #                  from their wheels for CPython 3.12 x86-64: bitsandbytes 0.50.2 with only its CPU
-#                  and CUDA 13.x libraries (the image's torch is cu130; the wheel's other eleven
-#                  builds are 0.2 GB), gguf, diskcache, pydantic, pydantic-core, pydantic-settings,
-#                  annotated-types, typing-inspection, python-dotenv
+#                  and CUDA 13.x libraries (the image's torch is cu130; the wheel's other 13
+#                  builds are 0.12 GB), gguf, diskcache, pydantic, pydantic-core, pydantic-settings,
+#                  annotated-types, typing-inspection, python-dotenv, typing-extensions (pydantic needs
+#                  a newer one than the image may have)
 #     tokenizer/   the bundled SmolLM2's tokenizer as transformers reads it from its GGUF: the
 #                  random-weight model the check builds speaks it
 set -euo pipefail
@@ -32,7 +33,7 @@ bash scripts/llama-trimmed.sh "$SDIST" "$OUT/llama-cpp-python-0.3.36-trimmed.tar
 # The same versions as this machine's, where clawd's tests pass.
 ver() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 pkgs=(bitsandbytes==0.50.2)
-for p in gguf diskcache pydantic pydantic-core pydantic-settings annotated-types typing-inspection python-dotenv; do
+for p in gguf diskcache pydantic pydantic-core pydantic-settings annotated-types typing-inspection python-dotenv typing-extensions; do
   pkgs+=("$p==$(ver "$p")")
 done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
