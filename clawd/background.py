@@ -53,7 +53,9 @@ class BackgroundContext:
     slow: on 2 busy cores, 800 prompt tokens took 98 s in batches of 32 and 24 s in batches of 512.
     """
 
-    def __init__(self, engine: Weights, n_ctx: int, batch: int = 256):
+    BATCH = 256
+
+    def __init__(self, engine: Weights, n_ctx: int, batch: int = BATCH):
         self.engine, self.n_ctx, self.batch = engine, n_ctx, batch
         # The serving context's own parameters, so that both compute alike: llama.cpp's defaults
         # differ from llama-cpp-python's (flash attention "auto", i.e. on, against off; YaRN

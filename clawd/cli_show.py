@@ -30,6 +30,10 @@ def status(st: dict) -> None:
               + f"next when {tr['ready']}/{tr['batch']} turns are ready and idle {tr['idle_seconds']:.0f}s"
               + ("" if tr["auto"] else " (auto_learn is off)")
               + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.get("paused") else ""))
+    t.add_row("backend", f"{tr.get('backend') or 'none yet'} (train_backend={tr.get('backend_setting', '?')})")
+    plan = tr.get("memory_plan")
+    if plan:
+        t.add_row("memory plan", f"{plan['decision']}: {plan['reason']}")
     if tr["progress"] and st["doing"].startswith("training"):
         t.add_row("progress", json.dumps(tr["progress"]))
     t.add_row("prompt cache", cache_line(st.get("prompt_cache")))

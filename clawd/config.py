@@ -146,6 +146,10 @@ class Settings(BaseSettings):
     max_train_tokens: int = Field(0, ge=0, description="Longest training sequence (prompt + completion), at least 128; "
                                   "0 = by device: 8192 on CPU, 16384 on CUDA (OpenClaw's prompts are ~12k tokens). Longer "
                                   "histories are cut from the left, keeping the system prompt. Lower it if training runs out of memory.")
+    train_backend: Literal["auto", "full", "qlora", "unsloth"] = Field(
+        "auto", description="What trains: full (transformers + peft on the base in full precision: fp32 on CPU, bf16 on "
+        "CUDA), qlora (the same on a 4-bit NF4 base, bitsandbytes), unsloth (Unsloth's 4-bit QLoRA, CUDA only). "
+        "auto = unsloth on CUDA when installed, else qlora on CUDA, full on a CPU.")
     w_rl: float = Field(1.0, ge=0, description="Weight of the reward term (w_rl·r) in the combined advantage.")
     w_opd: float = Field(1.0, ge=0, description="Weight of the distillation term (w_opd·(log π_teacher − log π_old)) in the combined advantage.")
     train_tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: each token's loss is weighted by "

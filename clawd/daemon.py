@@ -7,6 +7,7 @@ import os
 import resource
 import sys
 import time
+from dataclasses import asdict
 from typing import Any
 
 from . import __version__
@@ -20,6 +21,7 @@ from .serve.app import create_app
 from .serve.chat import ChatService
 from .store import StorageError, Store
 from .train import Trainer, ready_turns
+from .train.memory import llama_serving
 
 log = logging.getLogger("clawd")
 
@@ -67,7 +69,7 @@ class Daemon:
             backlog_size=self.judge.backlog_size,
             ready_to_train=self._ready_to_train,
             staged=adapter_dir.staged_round,
-            start_trainer=lambda: Trainer(settings).start(),
+            start_trainer=lambda: Trainer(settings, serving=self._serving()).start(),
             publish=self._publish,
             unpublished=self.adapters.newest_trained,
         ))
@@ -76,6 +78,18 @@ class Daemon:
 
     def _ready_to_train(self) -> int:
         return len(ready_turns(self.store, self.settings.train_method, self.settings.train_batch))
+
+    def _serving(self) -> dict[str, Any]:
+        """What the engine holds, for the trainer's memory plan (clawd.train.memory)."""
+        return asdict(llama_serving(**self.engine.footprint(self.judge.context_tokens)))
+
+    def _trained_by(self) -> str | None:
+        """The backend of the last round: this run's, else the newest adapter's record."""
+        last = self.scheduler.state.last_train or {}
+        if last.get("backend"):
+            return last["backend"]
+        adapters = self.store.adapters()
+        return (adapters[-1].meta.get("backend") or {}).get("backend") if adapters else None
 
     def _activity(self) -> Activity:
         return Activity(in_flight=self.chat.in_flight, last_activity=self.chat.last_activity)
@@ -112,6 +126,8 @@ class Daemon:
             "in_flight": self.chat.in_flight,
             "training": {"last": st.last_train, "progress": st.train_progress, "last_publish": st.last_publish,
                          "batch": self.settings.train_batch,
+                         "backend": self._trained_by(), "backend_setting": self.settings.train_backend,
+                         "memory_plan": (st.last_train or {}).get("memory_plan"),
                          "ready": self._ready_to_train(),
                          "auto": self.settings.auto_learn, "idle_seconds": self.settings.idle_seconds,
                          "paused": self.store.learning_paused()},

@@ -218,6 +218,24 @@ class Engine:
             self._background = BackgroundContext(self, n_ctx)
         return self._background
 
+    def footprint(self, judge_ctx: int) -> dict[str, Any]:
+        """The sizes the trainer's memory plan needs (clawd.train.memory.llama_serving): the model
+        file, the share of its layers on the GPU, its attention shapes, and each context's (n_ctx,
+        ubatch, allocated yet): this serving context, and the judge's (`judge_ctx`, until made)."""
+        meta = self.llm.metadata
+        arch = meta.get("general.architecture", "llama")
+        layers, heads = int(meta[f"{arch}.block_count"]), int(meta[f"{arch}.attention.head_count"])
+        n_gpu = self.llm.model_params.n_gpu_layers  # -1 arrives as INT_MAX: all of them
+        gpu = bool(llama_cpp.llama_supports_gpu_offload()) and n_gpu != 0
+        bg = self._background
+        return {"device": "cuda" if gpu else "cpu", "model_bytes": self.model_path.stat().st_size,
+                "offloaded": min(1.0, n_gpu / (layers + 1)) if gpu else 0.0,  # + 1: the output layer
+                "layers": layers, "heads": heads, "kv_heads": int(meta.get(f"{arch}.attention.head_count_kv", heads)),
+                "head_dim": int(meta.get(f"{arch}.attention.key_length") or int(meta[f"{arch}.embedding_length"]) // heads),
+                "vocab": self.n_vocab,
+                "contexts": [(self.n_ctx, self.llm.n_batch, True),
+                             (bg.n_ctx, bg.batch, True) if bg else (judge_ctx, BackgroundContext.BATCH, False)]}
+
     # -- LoRA adapter on the serving context (publish; design §8, §12) ---------------------------
     adapter_version: int | None = None  # what the serving context runs: None = base weights
     adapter_path: Path | None = None

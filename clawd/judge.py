@@ -127,10 +127,14 @@ class Judge:
         self.progress: dict[str, Any] | None = None
 
     @property
-    def context(self) -> BackgroundContext:
+    def context_tokens(self) -> int:
         # room for method 'score''s prompt (judge_budget_tokens) or method 'ask''s (its examples,
         # ~1.3k tokens, and a turn cut to ~1.1k characters: under 2k), plus a forced verdict
-        return self.engine.background_context(max(self.settings.judge_budget_tokens, ASK_TOKENS) + 16)
+        return max(self.settings.judge_budget_tokens, ASK_TOKENS) + 16
+
+    @property
+    def context(self) -> BackgroundContext:
+        return self.engine.background_context(self.context_tokens)
 
     # -- prompts ---------------------------------------------------------------------------
     def sections(self, turn: Turn, ns: NextState) -> tuple[str, list[str]]:

@@ -25,6 +25,7 @@ from .config import Settings
 from .store import StorageError, Store
 
 log = logging.getLogger("clawd.scheduler")
+WAIT_RETRY_S = 600.0  # after a round that did not fit beside serving (clawd.train.memory): memory frees slowly
 
 
 @dataclass
@@ -195,7 +196,7 @@ class Scheduler:
         t = self.trainer
         for ev in t.events():
             self.state.train_progress = ev
-            if ev.get("event") in ("done", "idle", "stopped", "error"):
+            if ev.get("event") in ("done", "idle", "stopped", "waiting", "error"):
                 self.state.last_train = {**ev, "at": time.time()}
                 log.info("training round ended: %s", ev.get("event"))
                 if ev.get("event") == "error":
@@ -204,6 +205,9 @@ class Scheduler:
                     wait = 60.0 * min(2 ** (self._failures - 1), 60)
                     self._train_backoff_until = time.time() + wait
                     log.warning("training failed (%s); next try in %.0f min", ev.get("error"), wait / 60)
+                elif ev.get("event") == "waiting":  # no room beside serving: not a failure, ask again later
+                    self._train_backoff_until = time.time() + WAIT_RETRY_S
+                    log.info("training waits %.0f min for memory: %s", WAIT_RETRY_S / 60, ev.get("error"))
                 elif ev.get("event") == "done":
                     self._failures = 0
         if t.alive:

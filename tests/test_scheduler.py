@@ -21,7 +21,7 @@ class FakeTrainer:
 
     def events(self) -> list[dict]:
         out, self._events = self._events, []
-        if any(e["event"] in ("done", "error", "idle", "stopped") for e in out):
+        if any(e["event"] in ("done", "error", "idle", "stopped", "waiting") for e in out):
             self.alive = False
         return out
 
@@ -111,6 +111,23 @@ def test_a_failed_round_backs_off_and_doubles(tmp_path):
     w.s._train_backoff_until = 0
     w.ticks(2)
     assert w.started == 2 and 115 < w.s._train_backoff_until - time.time() <= 120
+
+
+def test_a_round_without_room_waits_without_counting_as_a_failure(tmp_path):
+    """The trainer's memory plan found no room beside serving (clawd/train/memory.py): ask again
+    in 10 minutes, and a failure after that still backs off from the first step."""
+    w = World(tmp_path, train_batch=1)
+    w.ready = 1
+    plan = {"decision": "wait", "reason": "not even 1024 fit"}
+    w.round_events = [[{"event": "waiting", "error": "not training now: not even 1024 fit", "memory_plan": plan}],
+                      [{"event": "error", "error": "boom"}]]
+    w.ticks(2)
+    assert w.started == 1 and w.s.state.last_train["event"] == "waiting" and w.s.state.last_train["memory_plan"] == plan
+    assert 595 < w.s._train_backoff_until - time.time() <= 600 and w.s._failures == 0
+    assert w.ticks(3) == "idle" and w.started == 1
+    w.s._train_backoff_until = 0
+    w.ticks(2)
+    assert w.started == 2 and 55 < w.s._train_backoff_until - time.time() <= 60
 
 
 def test_an_adapter_trained_but_never_gated_is_published_once(tmp_path):

@@ -24,7 +24,7 @@ from clawd.records import Feedback, Judgment, NextState, Turn
 from clawd.store import Store
 from clawd.train import Trainer, ready_turns
 from clawd.train import samples as S
-from clawd.train.backend import hf_base, load_backend, sha256_file
+from clawd.train.backend import load_backend, sha256_file
 from clawd.train.loop import Control, Stopped, TrainError, run_round
 
 MODEL = bundled_model_path()
@@ -32,10 +32,9 @@ pytestmark = pytest.mark.skipif(MODEL is None, reason="bundled model (llm-smollm
 
 
 @pytest.fixture(scope="session")
-def base(tmp_path_factory):
-    """(sha256, the dequantized checkpoint dir), built once."""
-    sha = sha256_file(MODEL)
-    return sha, hf_base(Settings(home=tmp_path_factory.mktemp("train-base")), MODEL, sha)
+def base(train_base):
+    """(sha256, the dequantized checkpoint dir), built once (conftest.py)."""
+    return train_base
 
 
 @pytest.fixture(scope="session")

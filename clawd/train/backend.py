@@ -1,13 +1,21 @@
 """The model being trained: a causal LM with one LoRA adapter, behind one interface.
 
-- `PeftBackend`: transformers + peft, full-precision base (CPU: fp32; CUDA without Unsloth: bf16).
-- `UnslothBackend` (CUDA): Unsloth's FastLanguageModel, base in 4-bit NF4 (bitsandbytes) — QLoRA.
+- `PeftBackend` ("full"): transformers + peft on the full-precision base (CPU: fp32; CUDA: bf16).
+- `QLoRABackend` ("qlora"): transformers + peft on a base quantized to 4-bit NF4 by bitsandbytes
+  (double quantization; compute in bf16 on CUDA, fp32 on CPU). Runs wherever bitsandbytes does,
+  its CPU backend included, so the 4-bit path is tested in CI.
+- `UnslothBackend` ("unsloth", CUDA): Unsloth's FastLanguageModel, also 4-bit NF4 — the fast path.
 
-Both train on the same base weights: `train_base` if configured, else the served GGUF itself,
+`train_backend = auto` picks Unsloth on CUDA when it imports, else QLoRA on CUDA, and the full
+fp32 base on a CPU (measured on the bundled model: QLoRA is slower per round there and saves
+memory only on the base weights; README, "Training backends").
+
+All train on the same base weights: `train_base` if configured, else the served GGUF itself,
 dequantized by transformers once and kept as a Hugging Face checkpoint under
 `$CLAWD_HOME/train/base-<sha256>/` (later rounds load it in seconds instead of re-dequantizing;
-Unsloth can only load such a checkpoint). Only the trainer child imports this module (torch
-at the top, transformers, peft and unsloth where used); the daemon never pays for them.
+Unsloth and bitsandbytes quantize from that checkpoint). Only the trainer child imports this module
+(torch at the top; transformers, peft, bitsandbytes and unsloth where used); the daemon never pays
+for them.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ import torch
 from ..config import Settings
 
 log = logging.getLogger("clawd.train")
+# bitsandbytes' CPU backend (imported by peft whenever it is installed) warns at import that a fused
+# kernel for batch-1 inference (gemv) is missing unless fetched from the Hub at run time; training
+# never uses it, and fetching code is not clawd's to do.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # max_train_tokens = 0 means: 8192 on a CPU (a micro-step of 8k tokens already takes minutes on
@@ -177,6 +189,10 @@ class Backend:
         return {"backend": self.name, "device": str(self.device), "base": str(self.base_dir),
                 "trainable_params": sum(p.numel() for p in self.lora)}
 
+    def resident_bytes(self) -> int:
+        """What the loaded model (base and adapter) holds in memory."""
+        return int(self.model.get_memory_footprint())
+
     def peak_memory_mb(self) -> float:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated() / 2**20
@@ -191,28 +207,70 @@ def _lora_config(settings: Settings):
 
 
 class PeftBackend(Backend):
-    name = "peft"
+    """transformers + peft on the base weights in full precision."""
+
+    name = "full"
 
     @classmethod
     def load(cls, settings: Settings, base_dir: Path, device: str = "cpu") -> PeftBackend:
         from peft import get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        dtype = torch.float32 if device == "cpu" else torch.bfloat16  # bf16 autocast is slower on CPUs (§12)
-        model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype).to(device)  # type: ignore[arg-type]
+        model = cls._base(base_dir, device)
         model.config.use_cache = False
         if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5's name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         torch.manual_seed(0)  # the same fresh adapter every time
-        model = get_peft_model(model, _lora_config(settings))
+        model = get_peft_model(model, _lora_config(settings))  # LoRA weights in fp32 whatever the base's dtype
         model.train()
         return cls(model, AutoTokenizer.from_pretrained(str(base_dir)), torch.device(device), base_dir)
 
+    @staticmethod
+    def compute_dtype(device: str) -> torch.dtype:
+        return torch.float32 if device == "cpu" else torch.bfloat16  # bf16 autocast is slower on CPUs (§12)
+
+    @classmethod
+    def _base(cls, base_dir: Path, device: str) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=cls.compute_dtype(device)).to(device)  # type: ignore[arg-type]
+
+    def describe(self) -> dict[str, Any]:
+        return super().describe() | {"base_dtype": str(self.compute_dtype(self.device.type)).removeprefix("torch.")}
+
+
+class QLoRABackend(PeftBackend):
+    """QLoRA without Unsloth: the decoder's linear layers stored in 4-bit NF4 with double
+    quantization (bitsandbytes `Linear4bit`), dequantized block by block into the compute dtype for
+    each matmul; embeddings, norms and an untied lm_head stay in the compute dtype; the LoRA
+    weights, their gradients and AdamW's state in fp32."""
+
+    name = "qlora"
+
+    @classmethod
+    def _base(cls, base_dir: Path, device: str) -> Any:
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError:
+            raise RuntimeError("train_backend=qlora needs bitsandbytes: pip install 'clawd[cpu]' (or 'clawd[cuda]'), "
+                               "or set train_backend=full") from None
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        dtype = cls.compute_dtype(device)
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                   bnb_4bit_compute_dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(str(base_dir), quantization_config=quant, dtype=dtype,
+                                                    device_map={"": device})
+
+    def describe(self) -> dict[str, Any]:
+        return super().describe() | {"base_dtype": "nf4+double-quant",
+                                     "compute_dtype": str(self.compute_dtype(self.device.type)).removeprefix("torch.")}
+
 
 class UnslothBackend(Backend):
-    name = "unsloth-qlora"
+    name = "unsloth"
 
     @classmethod
     def load(cls, settings: Settings, base_dir: Path) -> UnslothBackend:
@@ -228,20 +286,37 @@ class UnslothBackend(Backend):
         FastLanguageModel.for_training(model)
         return cls(model, AutoTokenizer.from_pretrained(str(base_dir)), torch.device("cuda"), base_dir)
 
+    def describe(self) -> dict[str, Any]:
+        return super().describe() | {"base_dtype": "nf4"}
 
-def load_backend(settings: Settings, model_path: Path, sha256: str, kind: str = "auto") -> Backend:
-    """kind: auto (Unsloth on CUDA when installed, else peft), unsloth, or peft."""
+
+def resolve_kind(setting: str, cuda: bool) -> str:
+    """The backend `train_backend` names on this machine. Call it before anything imports
+    transformers: choosing Unsloth imports it, and Unsloth must patch transformers first."""
+    if setting == "unsloth" and not cuda:
+        raise RuntimeError("train_backend=unsloth needs a CUDA GPU: set train_backend=auto, qlora or full")
+    if setting != "auto":
+        if setting == "unsloth":
+            import unsloth  # noqa: F401
+        return setting
+    if not cuda:
+        return "full"
+    try:
+        import unsloth  # noqa: F401
+    except ImportError:
+        log.info("Unsloth is not installed (pip install 'clawd[cuda]'): training with the plain QLoRA backend")
+        return "qlora"
+    return "unsloth"
+
+
+def load_backend(settings: Settings, model_path: Path, sha256: str) -> Backend:
+    """The backend `settings.train_backend` names (auto: see the module's docstring), loaded."""
     threads = settings.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     cuda = torch.cuda.is_available()
-    if kind in ("auto", "unsloth") and cuda:
-        try:
-            import unsloth  # noqa: F401  (must come before transformers: it patches it)
-        except ImportError:
-            if kind == "unsloth":
-                raise
-            log.warning("CUDA is available but Unsloth is not installed (pip install 'clawd[cuda]'): "
-                        "training with plain peft in bf16, no 4-bit")
-        else:
-            return UnslothBackend.load(settings, hf_base(settings, model_path, sha256))
-    return PeftBackend.load(settings, hf_base(settings, model_path, sha256), "cuda" if cuda else "cpu")
+    kind = resolve_kind(settings.train_backend, cuda)
+    base = hf_base(settings, model_path, sha256)
+    if kind == "unsloth":
+        return UnslothBackend.load(settings, base)
+    cls = QLoRABackend if kind == "qlora" else PeftBackend
+    return cls.load(settings, base, "cuda" if cuda else "cpu")

@@ -1,6 +1,7 @@
 """One training round, top to bottom (design §7).
 
-  1. select judged main turns that no finished run has used (or resume the staged round)
+  1. select judged main turns that no finished run has used (or resume the staged round), and
+     plan memory: does a round on them fit beside serving, at what length (memory.py)
   2. build samples: recorded ids, reward, hinted teacher prompt
   3. load the model, check its tokenizer, start from the current adapter
   4. score, once, at each turn's sampling temperature: log π_old (adapter on), log π_teacher
@@ -32,20 +33,29 @@ import torch
 from ..adapter_dir import AdapterDir, AdapterDirError, fsync_dir
 from ..config import Settings, ensure_home
 from ..store import Store
-from .backend import Backend, is_oom, load_backend, sha256_file, train_tokens
+from . import memory
+from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
 from .loss import kl_k3, policy_loss, tis_weight
 from .samples import WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
 
 log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
-         "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base")
+         "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[dict[str, Any]], None]
 
 
 class TrainError(RuntimeError):
     """A round that cannot run; the message names the fix."""
+
+
+class NoRoom(TrainError):
+    """The round does not fit beside serving now, even shortened; nothing was started."""
+
+    def __init__(self, plan: memory.Plan):
+        super().__init__(f"not training now: {plan.reason}")
+        self.plan = plan
 
 
 class Stopped(Exception):
@@ -83,15 +93,18 @@ class RoundResult:
 
 
 def run_round(settings: Settings, store: Store | None = None, backend: Backend | None = None,
-              progress: Progress | None = None, control: Control | None = None) -> RoundResult | None:
-    """Train one round; None when no turn is ready. `backend` lets a caller keep a loaded model."""
+              progress: Progress | None = None, control: Control | None = None,
+              serving: memory.Serving | None = None) -> RoundResult | None:
+    """Train one round; None when no turn is ready. `backend` lets a caller keep a loaded model;
+    `serving` is what the daemon's engine holds (None: nothing serves beside this round)."""
     home = ensure_home(settings.home)
     adapters = AdapterDir(home)
     own = store is None
     store = store or Store(home / "clawd.db")
     try:
         with adapters.exclusive():
-            return _round(settings, store, adapters, backend, progress or (lambda e: None), control or Control())
+            return _round(settings, store, adapters, backend, progress or (lambda e: None), control or Control(),
+                          serving or memory.Serving("cpu", 0, 0, 0, 0))
     except AdapterDirError as e:
         raise TrainError(str(e)) from None
     finally:
@@ -99,7 +112,7 @@ def run_round(settings: Settings, store: Store | None = None, backend: Backend |
             store.close()
 
 
-def _round(settings, store, adapters: AdapterDir, backend, progress, control) -> RoundResult | None:
+def _round(settings, store, adapters: AdapterDir, backend, progress, control, serving) -> RoundResult | None:
     st = _load_staging(adapters)
     if st is None:
         if store.fail_unstaged_runs():  # runs killed before their first checkpoint: nothing to resume
@@ -109,16 +122,21 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control) ->
             log.info("no judged turns ready for %s training", settings.train_method)
             return None
         knobs = {k: getattr(settings, k) for k in KNOBS} | {"train_base": str(settings.train_base or "") or None}
-        parent = _parent(adapters)
-        st = {"run_id": store.start_run(settings.train_method, turn_ids, parent), "turn_ids": turn_ids,
-              "parent": parent, "knobs": knobs, "step": 0, "losses": [], "version": None}
+        st = {"run_id": None, "turn_ids": turn_ids, "parent": _parent(adapters), "knobs": knobs, "step": 0,
+              "losses": [], "version": None}
     else:
         log.info("resuming run %d at step %d", st["run_id"], st["step"])
     # a resumed round keeps the settings it started with (those it predates: today's)
     k = {n: getattr(settings, n) for n in KNOBS} | st["knobs"]
+    model_path = settings.resolved_model()
+    sha = sha256_file(model_path)
+    mem, limit = _memory_plan(Settings(**{**settings.model_dump(), **k}), store, st, backend, serving, model_path, sha)
+    if st["run_id"] is None:  # a fresh round that fits: from here it is recorded
+        st["run_id"] = store.start_run(settings.train_method, st["turn_ids"], st["parent"])
+        st["limit"] = limit
     run_id = st["run_id"]
     try:
-        return _train(settings, store, adapters, backend, progress, control, st, k)
+        return _train(settings, store, adapters, backend, progress, control, st, k, model_path, sha, mem)
     except Stopped:
         log.info("run %d stopped after step %d; the next round resumes it", run_id, st["step"])
         raise
@@ -126,7 +144,7 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control) ->
         if isinstance(e, TokenizerMismatch):
             e = TrainError(str(e))
         elif is_oom(e):
-            limit = train_tokens(k["max_train_tokens"], torch.cuda.is_available())
+            limit = st.get("limit") or train_tokens(k["max_train_tokens"], torch.cuda.is_available())
             e = TrainError(f"out of memory in training run {run_id}: lower max_train_tokens (now {limit}; "
                            "a micro-step holds one sample of up to that many tokens, whatever train_batch is). "
                            "Nothing was written and serving is unaffected; the next round starts this one afresh.")
@@ -135,10 +153,44 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control) ->
         raise e
 
 
-def _train(settings, store, adapters: AdapterDir, backend, progress, control, st, k) -> RoundResult:
+def _memory_plan(settings: Settings, store: Store, st: dict, backend: Backend | None, serving: memory.Serving,
+                 model_path: Path, sha: str) -> tuple[memory.Plan, int]:
+    """Whether this round fits beside serving, and the longest training sequence it may use
+    (max_train_tokens, or less when the plan shrank it): logged, kept in the round's metrics, and
+    NoRoom (nothing started, a staged round kept) when it does not fit at all."""
+    if backend is None:
+        cuda = torch.cuda.is_available()
+        kind = resolve_kind(settings.train_backend, cuda)  # first: Unsloth must import before transformers
+        base_dir, loaded = hf_base(settings, model_path, sha), 0
+    else:  # a caller's model, already in memory: what it holds is free for this round's purposes
+        cuda, kind, base_dir, loaded = backend.device.type == "cuda", backend.name, backend.base_dir, backend.resident_bytes()
+    turns = [t for t in (store.turn(i) for i in st["turn_ids"]) if t is not None]
+    limit = st.get("limit") or train_tokens(settings.max_train_tokens, cuda)
+    longest = max((len(t.prompt_ids) + len(t.completion_ids) for t in turns), default=limit)
+    plan = memory.plan("cuda" if cuda else "cpu", memory.free_memory(cuda) + loaded, serving, memory.Shape.from_dir(base_dir),
+                       four_bit=kind in ("qlora", "unsloth"), r=settings.lora_r, tokens=min(limit, longest),
+                       completion=max((len(t.completion_ids) for t in turns), default=1),
+                       may_shrink=st["run_id"] is None)
+    d = plan.as_dict()
+    log.info("memory plan (%s, %s): %s. Free %.0f MiB; serving %.0f MiB (%.0f MiB still to come); training %.0f MiB "
+             "(base %.0f, LoRA+AdamW %.0f, activations %.0f, logits %.0f) at %d tokens; reserve %.0f MiB", kind, plan.device,
+             plan.reason, d["free_mib"], d["serving_mib"]["weights"] + d["serving_mib"]["kv"] + d["serving_mib"]["compute"],
+             d["serving_mib"]["pending"], d["training_mib"]["total"], d["training_mib"]["base"], d["training_mib"]["lora"],
+             d["training_mib"]["activations"], d["training_mib"]["logits"], plan.training.tokens, d["reserve_mib"])
+    if plan.decision == "wait":
+        raise NoRoom(plan)
+    if cuda and backend is None:  # this process allocates nothing past the plan's cap: serving keeps the rest
+        torch.cuda.set_per_process_memory_fraction(max(0.0, min(1.0, plan.cap / torch.cuda.mem_get_info()[1])))
+    if plan.decision == "shrink":
+        log.warning("training at %d tokens instead of %d so that serving keeps its memory: %s", plan.train_tokens,
+                    plan.requested_tokens, plan.reason)
+        return plan, plan.train_tokens
+    return plan, limit
+
+
+def _train(settings, store, adapters: AdapterDir, backend, progress, control, st, k, model_path: Path, sha: str,
+           mem: memory.Plan) -> RoundResult:
     t0 = time.perf_counter()
-    model_path = settings.resolved_model()
-    sha = sha256_file(model_path)
     control.checkpoint()  # loading is seconds of CPU that cannot pause: a request waiting now goes first
     progress({"event": "load", "run_id": st["run_id"], "turns": len(st["turn_ids"])})
     if backend is None:
@@ -149,7 +201,8 @@ def _train(settings, store, adapters: AdapterDir, backend, progress, control, st
         raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
     _check_not_excluded(store, st)
     match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
-    limit = train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
+    # the planned length (a staged round from before memory plans: the setting's)
+    limit = st.get("limit") or train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
     samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
     w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k["train_method"]], (k["w_rl"], k["w_opd"])))
     kl_coef = k["train_kl_coef"]
@@ -207,7 +260,8 @@ def _train(settings, store, adapters: AdapterDir, backend, progress, control, st
                   "micro_step_s": round(max(micro[-len(plan[step]):]), 3)})
 
     seconds = time.perf_counter() - t0
-    metrics = _metrics(samples, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit}
+    metrics = _metrics(samples, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
+                                                                          "memory_plan": mem.as_dict()}
     if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
         log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "
                  "importance weights mean %.3f, %.1f%% capped at %g", st["run_id"], metrics["rollout_drift"],
@@ -295,7 +349,7 @@ def _metrics(samples: list[Sample], st: dict, w_opd: float, kl_coef: float, seco
             "mean_reward": sum(s.reward for s in samples) / len(samples), "opd_samples": len(opd),
             "mean_opd_advantage": sum(opd) / len(opd) if opd else None, "losses": st["losses"], "steps": len(st["plan"]),
             "tokens_trained": tokens, "cut_tokens": sum(s.cut for s in samples), "seconds": round(seconds, 2),
-            "peak_memory_mb": round(backend.peak_memory_mb(), 1)}
+            "peak_memory_mb": round(backend.peak_memory_mb(), 1), "backend": backend.name}
 
 
 # -- output ----------------------------------------------------------------------------------
