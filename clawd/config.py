@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     batch: int = Field(512, ge=16, description="Prompt tokens evaluated per llama.cpp batch.")
     gpu_layers: int = Field(-1, description="Layers offloaded to the GPU when llama.cpp was built with one; -1 = all.")
     default_max_tokens: int = Field(2048, ge=1, description="Completion limit when a request sets none.")
+    tool_grammar: bool = Field(True, description="With tools offered and tool_choice auto, decode a tool call under a "
+                               "grammar of the offered tools from where it begins (an offered name, JSON arguments of its "
+                               "schema); off: free text, parsed afterwards (only to measure what the grammar is worth).")
     max_queue: int = Field(16, ge=0, description="Requests that may wait for the engine behind the one generating; more get 503.")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest accepted request body; larger gets 413.")
     session_timeout: float = Field(3600.0, gt=0, description="Seconds after which an idle session is closed.")

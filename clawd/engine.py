@@ -15,23 +15,24 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import os
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import numpy as np
-from llama_cpp import Llama, LlamaGrammar
+from llama_cpp import Llama
 
 from .background import BackgroundContext
 from .chat_template import CHATML, ChatTemplate, control_pieces
 from .compute_lock import PriorityLock
+from .grammar import GrammarMask
 from .prompt_cache import ALIGN, PromptCache, chunks, common_prefix, reusable
+from .sampling import log_softmax, sample
 
 log = logging.getLogger("clawd.engine")
 
@@ -43,12 +44,15 @@ class Sampling:
     seed: int | None = None
     max_tokens: int = 2048
     grammar: str | None = None  # GBNF; constrains the whole completion
+    # the answer so far (bytes) → a GBNF for the whole answer once a tool call has begun in it,
+    # else None; called after each free token until it returns one (tools.CallTrigger)
+    lazy: Callable[[bytes], str | None] | None = None
 
 
 @dataclass
 class Step:
     token: int
-    logprob: float  # log p(token) under the model's raw distribution (temperature 1)
+    logprob: float  # log p(token) at temperature 1: the model's distribution, under a grammar renormalized over what it allows
     piece: bytes  # the token's bytes; may hold part of a UTF-8 character
 
 
@@ -60,6 +64,7 @@ class GenInfo:
     finish: str = "stop"  # "stop" (end-of-generation token), "length" (limit or full context), "cancelled"
     n_evaluated: int | None = None  # prompt tokens actually evaluated, when cancelled before the end
     eog: Step | None = None  # the end-of-generation token the answer ended on, with its logprob
+    grammar_from: int | None = None  # index of the first answer token sampled under a grammar; None: all free
 
 
 # What makes a KV state: a prompt cache entry is restored only into a context that matches these.
@@ -156,6 +161,10 @@ class Engine:
         at once; the KV cache keeps what was evaluated, so the next request still reuses it.
         `cancel` is also checked between prompt batches: a client that leaves during a long
         prefill (12k tokens of OpenClaw prompt take minutes on a CPU) frees the engine at once.
+
+        Free text is sampled by llama.cpp. Under a grammar (`sampling.grammar` from the start, or
+        the one `sampling.lazy` returns once a tool call begins) clawd samples itself from the
+        masked logits (`_constrained`).
         """
         llm = self.llm
         info.n_prompt = len(prompt)
@@ -164,34 +173,89 @@ class Engine:
             info.finish = "cancelled"
             info.n_evaluated = self.llm.n_tokens - info.n_cached
             return
-        if sampling.seed is not None:
-            llm.set_seed(sampling.seed)
-        else:
-            llm.set_seed(int.from_bytes(os.urandom(4), "little"))
-        grammar = LlamaGrammar.from_string(sampling.grammar, verbose=False) if sampling.grammar else None
-        room = self.n_ctx - len(prompt)
-        limit = min(sampling.max_tokens, room)
+        seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(4), "little")
+        llm.set_seed(seed)
+        limit = min(sampling.max_tokens, self.n_ctx - len(prompt))
         temp = max(sampling.temperature, 0.0)
-        produced = 0
         info.finish = "stop"
         if limit <= 0:
             info.finish = "length"
             return
-        for token in llm.generate(prompt, temp=temp, top_p=sampling.top_p, top_k=0 if temp > 0 else 40,
-                                  min_p=0.0, repeat_penalty=1.0, grammar=grammar):
-            # logits that produced `token`, shape (n_vocab,); a view into llama.cpp's buffer
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(self.n_vocab,))
-            top = float(logits.max())
-            logprob = float(logits[token]) - top - math.log(float(np.exp(logits - top).sum()))
-            if self.is_eog(token):
-                # kept for training (the model must learn when to stop), never shown as text
-                info.eog = Step(token, logprob, b"")
+        produced: list[int] = []
+        text = b""
+        grammar = sampling.grammar
+        if grammar is None:
+            gen = llm.generate(prompt, temp=temp, top_p=sampling.top_p, top_k=0 if temp > 0 else 40,
+                               min_p=0.0, repeat_penalty=1.0)
+            try:
+                for token in gen:
+                    logprob = float(log_softmax(self._last_logits())[token])
+                    if self.is_eog(token):
+                        # kept for training (the model must learn when to stop), never shown as text
+                        info.eog = Step(token, logprob, b"")
+                        return
+                    piece = llm.detokenize([token], special=True)
+                    yield Step(token, logprob, piece)
+                    produced.append(token)
+                    if len(produced) >= limit:
+                        info.finish = "length"
+                        return
+                    if sampling.lazy is not None:
+                        text += piece
+                        grammar = sampling.lazy(text)
+                        if grammar is not None:
+                            break  # `token` is sampled but not evaluated yet: _constrained evaluates it
+            finally:
+                gen.close()
+            if grammar is None:
                 return
-            yield Step(token, logprob, llm.detokenize([token], special=True))
-            produced += 1
-            if produced >= limit:
-                info.finish = "length"
-                return
+        yield from self._constrained(grammar, produced, sampling, seed, limit, info)
+
+    def _last_logits(self) -> np.ndarray:
+        """(n_vocab,) float32 logits of the last evaluated position: a view into llama.cpp's buffer."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.n_vocab,))
+
+    def _constrained(self, grammar: str, produced: list[int], sampling: Sampling, seed: int, limit: int,
+                     info: GenInfo) -> Generator[Step, None, None]:
+        """Continue the answer (`produced` so far, its last token not evaluated yet) under `grammar`.
+
+        The grammar first takes over what was produced; if any of it does not fit (a lazy trigger
+        fired on text the grammar spells differently), the answer goes on free. Each token is
+        sampled from the model's logits with the grammar's -inf mask, so its logprob is the
+        renormalized one it was actually drawn from.
+        """
+        mask: GrammarMask | None = GrammarMask(self._vocab, self.n_vocab, grammar)
+        try:
+            if mask is not None and not mask.take_over(produced):
+                log.warning("the tool-call grammar does not fit the %d tokens already produced; the answer goes on free",
+                            len(produced))
+                mask.close()
+                mask = None
+            else:
+                info.grammar_from = len(produced)
+            rng = np.random.default_rng(seed)
+            temp = max(sampling.temperature, 0.0)
+            while True:
+                if produced:
+                    self.llm.eval(produced[-1:])
+                logits = self._last_logits()
+                if mask is not None:
+                    logits = mask.apply(logits)
+                token = sample(logits, temp, rng, sampling.top_p)
+                logprob = float(log_softmax(logits)[token])
+                if mask is not None:
+                    mask.accept(token)
+                if self.is_eog(token):
+                    info.eog = Step(token, logprob, b"")
+                    return
+                yield Step(token, logprob, self.llm.detokenize([token], special=True))
+                produced.append(token)
+                if len(produced) >= limit:
+                    info.finish = "length"
+                    return
+        finally:
+            if mask is not None:
+                mask.close()
 
     def _prefill(self, prompt: list[int], cached: int, cancel: threading.Event | None) -> bool:
         """Evaluate the prompt after its cached prefix in aligned chunks (prompt_cache.chunks),

@@ -14,10 +14,18 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return z - math.log(float(np.exp(z).sum()))
 
 
-def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """A token from softmax(logits / temperature); greedy at temperature 0."""
+def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator, top_p: float = 1.0) -> int:
+    """A token from softmax(logits / temperature), cut to the smallest set of most likely tokens
+    whose probability reaches `top_p`; greedy at temperature 0. -inf logits (a grammar's mask)
+    are never chosen."""
     if temperature <= 0:
         return int(logits.argmax())
-    z = logits.astype(np.float64) / temperature
+    ids = np.flatnonzero(np.isfinite(logits))  # under a grammar: a few tokens, not the vocabulary
+    z = logits[ids].astype(np.float64) / temperature
     p = np.exp(z - z.max())
-    return int(rng.choice(len(p), p=p / p.sum()))
+    p /= p.sum()
+    if top_p < 1.0:
+        order = np.argsort(-p)
+        keep = order[: int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
+        ids, p = ids[keep], p[keep] / p[keep].sum()
+    return int(ids[rng.choice(len(p), p=p)])

@@ -99,6 +99,7 @@ class ChatService:
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed, max_tokens=max_tokens,
             grammar=tools.forced_call_grammar(use_tools, named) if forced else None,
+            lazy=tools.CallTrigger(use_tools) if use_tools and not forced and self.settings.tool_grammar else None,
         )
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
 

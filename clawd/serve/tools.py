@@ -104,16 +104,31 @@ def partial_suffix(text: str, needles: tuple[str, ...] | list[str]) -> int:
     return best
 
 
-def forced_call_grammar(tools: list[dict[str, Any]], name: str | None) -> str:
-    """GBNF for `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`: one offered tool
-    (`name`), or any of them (`tool_choice: required`). Argument schemas llama.cpp's converter
-    cannot take fall back to any JSON object."""
+# json_schema_to_gbnf allows one optional space between tokens. A model that began a call by
+# itself may have pretty-printed it, so a lazy grammar takes a newline and an indent there too
+# (the trigger patterns spell the same); a forced call stays compact (fewer tokens).
+_SPACE_RULE = r'space ::= ( " " | "\n" [ \t]{0,20} )?'
+# its string characters include raw newlines and control characters, which JSON forbids
+_CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
+_SPACE = rb"(?: |\n[ \t]{0,20})?"
+_BARE = re.compile(rb"\s*(\{)" + _SPACE + rb'"name"')  # a JSON call opening the answer
+_FENCED = re.compile(rb"```[a-zA-Z]*\n[ \t]*\{" + _SPACE + rb'"name"')  # a fenced one, anywhere
+_FORMS = (f'clawd-tagged ::= clawd-one ( [ \\n]{{0,2}} clawd-one )*\n'
+          f'clawd-one ::= {json.dumps(TOOL_OPEN)} [ \\n]{{0,2}} clawd-call [ \\n]{{0,2}} {json.dumps(TOOL_CLOSE)}\n'
+          'clawd-fenced ::= "```" [a-zA-Z]{0,16} "\\n" [ \\t]{0,20} clawd-call [ \\n]{0,2} "```"\n')
+
+
+def _call_rules(tools: list[dict[str, Any]], name: str | None, pretty: bool) -> str:
+    """GBNF rules defining `clawd-call`: `{"name": ..., "arguments": ...}` for one offered tool
+    (`name`) or any of them, the arguments under the tool's JSON schema (required keys, types).
+    Schemas llama.cpp's converter cannot take fall back to any JSON object. `pretty`: a newline
+    and an indent may stand where a space may."""
     chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
     alts = []
     for fn in chosen:
         params = fn.get("parameters") or {"type": "object"}
         schema: dict[str, Any] = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
-                  "required": ["name", "arguments"]}
+                                  "required": ["name", "arguments"]}
         try:
             json_schema_to_gbnf(json.dumps(schema), prop_order=["name", "arguments"])
         except Exception:
@@ -122,5 +137,56 @@ def forced_call_grammar(tools: list[dict[str, Any]], name: str | None) -> str:
     top = alts[0] if len(alts) == 1 else {"anyOf": alts}
     body = json_schema_to_gbnf(json.dumps(top), prop_order=["name", "arguments"])
     body = re.sub(r"^root ::=", "clawd-call ::=", body, flags=re.M)
+    body = re.sub(r"^char ::= .*$", lambda _: _CHAR_RULE, body, flags=re.M)
+    return re.sub(r"^space ::= .*$", lambda _: _SPACE_RULE, body, flags=re.M) if pretty else body
+
+
+def gbnf_literal(text: str) -> str:
+    """`text` as a GBNF string literal."""
+    esc = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return '"' + "".join(esc.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else c) for c in text) + '"'
+
+
+def forced_call_grammar(tools: list[dict[str, Any]], name: str | None) -> str:
+    """GBNF for `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`: one offered tool
+    (`name`), or any of them (`tool_choice: required`)."""
     open_, close = json.dumps(TOOL_OPEN + "\n"), json.dumps("\n" + TOOL_CLOSE)
-    return f"root ::= {open_} clawd-call {close}\n{body}"
+    return f"root ::= {open_} clawd-call {close}\n{_call_rules(tools, name, pretty=False)}"
+
+
+class CallTrigger:
+    """`tool_choice: auto`: the answer is free text until it begins a tool call, then the rest of
+    it is decoded under a grammar of the offered tools (engine.Sampling.lazy). A call begins at
+    `<tool_call>` anywhere, at a `{"name"` object that opens the answer, or at a ```-fenced one.
+    From there the name must be an offered tool and the arguments its schema's JSON, so the
+    model that meant to write `"execute"` when `exec` is offered writes `exec`. The key `"name"`
+    is where it triggers (llama.cpp's server waits for a whole offered name, which never comes
+    when the model reaches for an unoffered one); a bare call then ends the answer."""
+
+    def __init__(self, tools: list[dict[str, Any]]):
+        self._rules = _call_rules(tools, None, pretty=True)
+        self.fired_at: int | None = None  # byte offset in the answer where the call began
+
+    @staticmethod
+    def start(text: bytes) -> tuple[int, str] | None:
+        """(byte offset, GBNF rule of the form) of the first call begun in `text`, if any."""
+        found = []
+        if (i := text.find(TOOL_OPEN.encode())) >= 0:
+            found.append((i, "clawd-tagged"))
+        if m := _BARE.match(text):
+            found.append((m.start(1), "clawd-call"))
+        if m := _FENCED.search(text):
+            found.append((m.start(), "clawd-fenced"))
+        return min(found) if found else None
+
+    def __call__(self, text: bytes) -> str | None:
+        if self.fired_at is not None or (found := self.start(text)) is None:
+            return None
+        at, form = found
+        try:
+            prefix = text[:at].decode("utf-8")
+        except UnicodeDecodeError:  # the model wrote bytes that are not text: leave the answer free
+            return None
+        self.fired_at = at
+        lead = gbnf_literal(prefix) + " " if prefix else ""
+        return f"root ::= {lead}{form}\n{_FORMS}{self._rules}"
