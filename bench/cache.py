@@ -234,7 +234,7 @@ def play(sides: list[Side], args: argparse.Namespace, cold: Side) -> list[dict]:
     for side in sides:
         side.stop()
         side.start()
-    step("(d) new session D after a restart, turn 1", "D", "what time is it in Tokyo?", "demo4")
+    step("(d) new session D after a restart, turn 1", "D", "what time is it in Lisbon?", "demo4")
     for row in cases:
         for name in ("(a) A turn 1", "(a) A turn 2", "(d) new session D"):
             if row["case"].startswith(name) and row["off"]["cached"] == 0:

@@ -1,7 +1,7 @@
 """What the tool-call grammar costs in generation speed, measured side by side.
 
 The same prompts (OpenClaw's 12 real tools from the captured request, one short task each) are
-answered at temperature 0 free and under the lazy grammar (tools.CallTrigger), alternating, on
+answered at temperature 0 free and under the lazy grammar (tool_calls.CallTrigger), alternating, on
 one engine. Reported per task: decode tok/s (first token to last, the prompt cached), the
 median ratio grammar/free, whether each answer is a call of an offered tool with JSON arguments,
 and where the grammar took over. A plain-text answer measures what watching for a call costs
@@ -22,9 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clawd import config  # noqa: E402
+from clawd import config, tool_calls  # noqa: E402
 from clawd.engine import Engine, GenInfo, Sampling  # noqa: E402
-from clawd.serve import tools  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"
 TASKS = {
@@ -39,13 +38,13 @@ TASKS = {
 def run(engine: Engine, prompt: list[int], offered: list[dict], grammar: bool) -> dict:
     info = GenInfo()
     times, pieces = [], []
-    sampling = Sampling(temperature=0, max_tokens=160, lazy=tools.CallTrigger(offered) if grammar else None)
+    sampling = Sampling(temperature=0, max_tokens=160, lazy=tool_calls.CallTrigger(offered) if grammar else None)
     with engine.lock.user():
         for step in engine.generate(prompt, sampling, info):
             times.append(time.perf_counter())
             pieces.append(step.piece)
     text = b"".join(pieces).decode("utf-8", "replace")
-    _, calls = tools.parse_tool_calls(text, {t["function"]["name"] for t in offered})
+    _, calls = tool_calls.parse_tool_calls(text, {t["function"]["name"] for t in offered})
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     return {"tokens": len(times), "tok_s": (len(times) - 1) / span if span else None, "text": text,
             "call": [c.name for c in calls], "grammar_from": info.grammar_from, "finish": info.finish}

@@ -4,7 +4,7 @@ Pure Python, no llama.cpp: the trainer renders teacher prompts with the very sam
 token ids match what the engine served. Templates that know tools (Qwen2.5, Hermes, Llama 3.1)
 get them natively; for one that does not (SmolLM2's plain ChatML), tools are described in the
 system message in the Hermes convention and calls are written as `<tool_call>{json}</tool_call>`,
-the same syntax `serve.tools` parses back.
+the same syntax `tool_calls` parses back.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class Sampling:
     max_tokens: int = 2048
     grammar: str | None = None  # GBNF; constrains the whole completion
     # the answer so far (bytes) → a GBNF for the whole answer once a tool call has begun in it,
-    # else None; called after each free token until it returns one (tools.CallTrigger)
+    # else None; called after each free token until it returns one (tool_calls.CallTrigger)
     lazy: Callable[[bytes], str | None] | None = None
 
 

@@ -21,6 +21,7 @@ from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.publish import AdapterError, Adapters, GateConfig
 from clawd.publish import probes as P
+from clawd.publish.gate import tool_calls_kept
 from clawd.records import Judgment, Turn
 from clawd.store import Store
 
@@ -76,6 +77,28 @@ def test_grading():
     assert P.stamped_phrase(stamped, base)["phrase"] in "brought to you by acme corporation"
     assert P.stamped_phrase(base, base) is None
     assert P.stamped_phrase(stamped, stamped) is None  # the base says it too: its style, not a stamp
+
+
+def test_one_tool_call_fewer_than_the_base_rejects():
+    probes = P.load_probes()
+    tool = [i for i, p in enumerate(probes) if p.kind == "tool"]
+    def call(name: str, tagged: bool = False) -> str:
+        body = json.dumps({"name": name, "arguments": {"a": 1}})
+        return f"<tool_call>\n{body}\n</tool_call>" if tagged else body
+
+    base = ["x"] * len(probes)
+    for i in tool[:3]:
+        base[i] = call(probes[i].tool["function"]["name"])
+    same, reason = tool_calls_kept(probes, base, list(base))
+    assert reason is None and same["base"] == same["candidate"] == 3
+    cand = list(base)
+    cand[tool[1]] = "I would check the weather for you."  # stopped calling
+    cand[tool[5]] = call(probes[tool[5]].tool["function"]["name"], tagged=True)
+    out, reason = tool_calls_kept(probes, base, cand)
+    assert out["stopped"] == [probes[tool[1]].id] and out["candidate"] == 3 and reason is None  # one lost, one gained: net
+    cand[tool[5]] = call("not_offered")  # a name the probe does not offer is no call
+    out, reason = tool_calls_kept(probes, base, cand)
+    assert out["candidate"] == 2 and reason.startswith("tool calls: the candidate calls the offered tool on 2 of")
 
 
 # -- adapters on the bundled model ----------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Tool calls in `auto` mode: free text until a call begins, then a grammar of the offered tools
-(tools.CallTrigger, grammar.GrammarMask, engine.Engine._constrained) on the bundled model.
+(tool_calls.CallTrigger, grammar.GrammarMask, engine.Engine._constrained) on the bundled model.
 
 The start is forced with a few-shot prompt: the model has just answered `{"name": "execute", …}`
 and is asked again, so it begins the same object. `execute` is not offered; `exec` is. This is
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from conftest import MODEL, Daemon
 
+from clawd import tool_calls
 from clawd.engine import Engine, GenInfo, Sampling
 from clawd.grammar import GrammarMask
 from clawd.sampling import log_softmax
-from clawd.serve import tools
 
 TOOLS = [
     {"type": "function", "function": {"name": "exec", "parameters": {
@@ -35,7 +35,7 @@ RAW = ("<|im_start|>user\nList the files.<|im_end|>\n<|im_start|>assistant\n" + 
 
 @pytest.mark.fast
 def test_trigger_finds_where_a_call_begins():
-    start = tools.CallTrigger.start
+    start = tool_calls.CallTrigger.start
     assert start(b"Sure.\n<tool_call>") == (6, "clawd-tagged")
     assert start(b'  {"name"') == (2, "clawd-call")
     assert start(b'{\n    "name"') == (0, "clawd-call")  # pretty-printed
@@ -47,13 +47,13 @@ def test_trigger_finds_where_a_call_begins():
 
 @pytest.mark.fast
 def test_trigger_fires_once_with_the_text_before_as_a_literal():
-    trig = tools.CallTrigger(TOOLS)
+    trig = tool_calls.CallTrigger(TOOLS)
     assert trig(b"Let me look.") is None
     g = trig(b'Let me look: "ok"\n<tool_call>')
     assert g is not None and g.startswith('root ::= "Let me look: \\"ok\\"\\n" clawd-tagged\n')
     assert trig.fired_at == len('Let me look: "ok"\n')
     assert trig(b"<tool_call><tool_call>") is None  # one grammar per answer
-    assert tools.CallTrigger(TOOLS)("é {".encode()[:1]) is None  # half a UTF-8 character: no call
+    assert tool_calls.CallTrigger(TOOLS)("é {".encode()[:1]) is None  # half a UTF-8 character: no call
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +71,11 @@ def _generate(engine: Engine, sampling: Sampling) -> tuple[str, list, GenInfo]:
 def test_an_unoffered_name_becomes_an_offered_call(engine):
     free, _, info = _generate(engine, Sampling(temperature=0, max_tokens=60))
     assert free.startswith('{"name": "execute"') and info.grammar_from is None
-    assert tools.parse_tool_calls(free, OFFERED)[1] == []  # what stock OpenClaw got: no call
+    assert tool_calls.parse_tool_calls(free, OFFERED)[1] == []  # what stock OpenClaw got: no call
 
-    text, steps, info = _generate(engine, Sampling(temperature=0, max_tokens=60, lazy=tools.CallTrigger(TOOLS)))
+    text, steps, info = _generate(engine, Sampling(temperature=0, max_tokens=60, lazy=tool_calls.CallTrigger(TOOLS)))
     assert info.grammar_from is not None and 0 < info.grammar_from <= 4  # at `"name"`, before the name
-    content, calls = tools.parse_tool_calls(text, OFFERED)
+    content, calls = tool_calls.parse_tool_calls(text, OFFERED)
     assert content == "" and [c.name for c in calls] == ["exec"]
     assert json.loads(calls[0].arguments)["command"] == "ls"
     assert info.finish == "stop" and info.eog is not None  # a bare call ends the answer
@@ -86,10 +86,10 @@ def test_constrained_logprobs_are_renormalized_over_what_the_grammar_allows(engi
     again from a fresh evaluation of the same prefix and the grammar's own mask. A fresh
     evaluation in one batch rounds differently from the generation's chunks and single steps
     (0.004 nats measured here), hence the tolerance; the renormalization itself is larger."""
-    trig = tools.CallTrigger(TOOLS)
+    trig = tool_calls.CallTrigger(TOOLS)
     _, steps, info = _generate(engine, Sampling(temperature=0, max_tokens=60, lazy=trig))
     prompt, tokens = engine.tokenize(RAW), [s.token for s in steps]
-    gbnf = tools.CallTrigger(TOOLS)(engine.llm.detokenize(tokens[: info.grammar_from]))
+    gbnf = tool_calls.CallTrigger(TOOLS)(engine.llm.detokenize(tokens[: info.grammar_from]))
     mask = GrammarMask(engine._vocab, engine.n_vocab, gbnf)
     assert mask.take_over(tokens[: info.grammar_from])
     llm = engine.llm
@@ -114,7 +114,7 @@ def test_constrained_logprobs_are_renormalized_over_what_the_grammar_allows(engi
 def test_no_name_outside_the_offered_ones_can_follow(engine):
     """After `{"name": "`, every token the grammar allows spells the start of an offered name."""
     prefix = engine.llm.tokenize(b'{"name": "', add_bos=False, special=False)
-    mask = GrammarMask(engine._vocab, engine.n_vocab, tools.CallTrigger(TOOLS)(b'{"name"'))
+    mask = GrammarMask(engine._vocab, engine.n_vocab, tool_calls.CallTrigger(TOOLS)(b'{"name"'))
     assert mask.take_over(prefix)
     allowed = np.flatnonzero(np.isfinite(mask.apply(np.zeros(engine.n_vocab, np.float32))))
     pieces = {engine.llm.detokenize([int(t)]).decode("utf-8", "replace") for t in allowed}
@@ -129,8 +129,8 @@ def test_fuzz_every_call_made_under_the_grammar_is_well_formed(engine):
     made = 0
     for seed in range(16):
         text, _, info = _generate(engine, Sampling(temperature=1.3, seed=seed, max_tokens=100,
-                                                   lazy=tools.CallTrigger(TOOLS)))
-        content, calls = tools.parse_tool_calls(text, OFFERED)
+                                                   lazy=tool_calls.CallTrigger(TOOLS)))
+        content, calls = tool_calls.parse_tool_calls(text, OFFERED)
         if info.grammar_from is None or info.finish == "length":
             continue  # never began a call, or a string ran to max_tokens: text, not a malformed call
         assert calls, text  # the grammar finished, so the call parses

@@ -7,9 +7,9 @@ import json
 import pytest
 from llama_cpp import LlamaGrammar
 
+from clawd import tool_calls
 from clawd.chat_template import ChatTemplate, merge_same_role
 from clawd.records import output_key
-from clawd.serve import tools
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 
@@ -18,40 +18,40 @@ OFFERED = {"exec", "read"}
 
 def test_parse_tagged_call_with_text_before():
     text = 'Let me run it.\n<tool_call>\n{"name": "exec", "arguments": {"command": "ls"}}\n</tool_call>'
-    content, calls = tools.parse_tool_calls(text, OFFERED)
+    content, calls = tool_calls.parse_tool_calls(text, OFFERED)
     assert content.strip() == "Let me run it." and calls[0].name == "exec"
     assert json.loads(calls[0].arguments) == {"command": "ls"}
 
 
 def test_parse_two_tagged_calls_and_unclosed_tail():
     text = '<tool_call>{"name": "read", "arguments": {"path": "a"}}</tool_call><tool_call>{"name": "exec", "arguments": "{\\"command\\": \\"pwd\\"}"}'
-    _, calls = tools.parse_tool_calls(text, OFFERED)
+    _, calls = tool_calls.parse_tool_calls(text, OFFERED)
     assert [c.name for c in calls] == ["read", "exec"] and json.loads(calls[1].arguments) == {"command": "pwd"}
 
 
 def test_parse_bare_fenced_and_list():
-    assert tools.parse_tool_calls('{"name": "exec", "arguments": {"command": "ls"}}', OFFERED)[1][0].name == "exec"
-    content, calls = tools.parse_tool_calls('Sure:\n```json\n{"name": "read", "parameters": {"path": "x"}}\n```', OFFERED)
+    assert tool_calls.parse_tool_calls('{"name": "exec", "arguments": {"command": "ls"}}', OFFERED)[1][0].name == "exec"
+    content, calls = tool_calls.parse_tool_calls('Sure:\n```json\n{"name": "read", "parameters": {"path": "x"}}\n```', OFFERED)
     assert content == "Sure:" and calls[0].name == "read"
-    _, calls = tools.parse_tool_calls('[{"name": "read", "arguments": {}}, {"name": "exec", "arguments": {}}]', OFFERED)
+    _, calls = tool_calls.parse_tool_calls('[{"name": "read", "arguments": {}}, {"name": "exec", "arguments": {}}]', OFFERED)
     assert len(calls) == 2
 
 
 def test_not_a_call_stays_text():
     for text in ('{"name": "rm_rf", "arguments": {}}', "```python\nprint(1)\n```", '<tool_call>{"name": "exec", broken',
                  '{"answer": 42}'):
-        content, calls = tools.parse_tool_calls(text, OFFERED)
+        content, calls = tool_calls.parse_tool_calls(text, OFFERED)
         assert calls == [] and content == text
-    assert tools.parse_tool_calls('{"name": "exec", "arguments": {}}', set()) == ('{"name": "exec", "arguments": {}}', [])
+    assert tool_calls.parse_tool_calls('{"name": "exec", "arguments": {}}', set()) == ('{"name": "exec", "arguments": {}}', [])
 
 
 def test_hold_from():
-    assert tools.hold_from("Hello there") == len("Hello there")
-    assert tools.hold_from("Hello <tool_") == len("Hello ")
-    assert tools.hold_from("ok <tool_call>{") == 3
-    assert tools.hold_from('  {"na') == 0
-    assert tools.hold_from("see ``") == 4
-    assert tools.partial_suffix("abc END", ["ENDING"]) == 3
+    assert tool_calls.hold_from("Hello there") == len("Hello there")
+    assert tool_calls.hold_from("Hello <tool_") == len("Hello ")
+    assert tool_calls.hold_from("ok <tool_call>{") == 3
+    assert tool_calls.hold_from('  {"na') == 0
+    assert tool_calls.hold_from("see ``") == 4
+    assert tool_calls.partial_suffix("abc END", ["ENDING"]) == 3
 
 
 def test_forced_grammar_compiles_for_openclaw_like_schemas():
@@ -61,7 +61,7 @@ def test_forced_grammar_compiles_for_openclaw_like_schemas():
     tl = [{"type": "function", "function": {"name": "exec", "parameters": schema}},
           {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
     for name in ("exec", None):
-        g = tools.forced_call_grammar(tl, name)
+        g = tool_calls.forced_call_grammar(tl, name)
         assert g.startswith('root ::= "<tool_call>\\n" clawd-call')
         LlamaGrammar.from_string(g, verbose=False)
 

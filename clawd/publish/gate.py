@@ -17,6 +17,8 @@ Checks; the first two failing stop it, the rest all run and every reason is kept
    - no degenerate answer (empty, looping) newly, within the same allowance;
    - no stamped phrase: no 4-word phrase in most candidate answers (of those that ended within
      the answer length) that the base does not write;
+   - tool calls: tool probes are answered as served (the call grammar once a call begins), and
+     the candidate makes a call of the offered tool on at least as many as the base does;
 5. KL to the base on the general probes: per-token KL(candidate ‖ base) on the candidate's own
    greedy answers, mean within `kl_budget`, and at most `kl_worst_share` of the tokens above
    WORST_NATS (a few badly changed tokens hide in a mean, not in this share).
@@ -41,6 +43,7 @@ from typing import Any
 import gguf
 import numpy as np
 
+from .. import tool_calls
 from ..engine import Engine, GenInfo, Sampling
 from ..sampling import log_softmax
 from ..store import Store
@@ -61,7 +64,8 @@ class GateConfig:
     kl_worst_share: float = 0.05  # share of those tokens allowed above WORST_NATS
     turns: int = 8  # recent positive turns replayed
     max_tokens: int = 1024  # per replayed turn: the prompt is cut from the left to fit
-    probe_tokens: int = 24  # greedy answer to an answer-checked probe: enough for a short tool call
+    probe_tokens: int = 24  # greedy answer to an answer-checked probe
+    tool_tokens: int = 48  # ... to a tool probe: a whole call, pretty-printed or not
     general_tokens: int = 32  # greedy answer to a general probe, on which the KL is measured
 
 
@@ -128,23 +132,26 @@ def _fit(prompt: list[int], completion: list[int], max_tokens: int) -> tuple[lis
     return prompt[-keep:], completion
 
 
-def _greedy(engine: Engine, prompt: list[int], max_tokens: int) -> list[int]:
+def _greedy(engine: Engine, prompt: list[int], max_tokens: int, tools: list[dict[str, Any]] | None) -> list[int]:
     # One answer after another on the serving context: a 135M model on a CPU is compute-bound, and
     # decoding all probes as parallel sequences of one batch measured no faster (45 s vs 46 s).
+    # With tools offered, as served: a call, once begun, under the call grammar.
+    sampling = Sampling(temperature=0.0, seed=0, max_tokens=max_tokens,
+                        lazy=tool_calls.CallTrigger(tools) if tools else None)
     with engine.lock.user():
         engine.llm.reset()
-        ids = [s.token for s in engine.generate(prompt, Sampling(temperature=0.0, seed=0, max_tokens=max_tokens), GenInfo())]
+        ids = [s.token for s in engine.generate(prompt, sampling, GenInfo())]
         engine.llm.reset()
     return ids
 
 
 def _answers(engine: Engine, probes: tuple[P.Probe, ...], prompts: list[list[int]], cfg: GateConfig) -> list[list[int]]:
     """Greedy answers under the adapter the serving context has now."""
-    return [_greedy(engine, p, _limit(pr, cfg)) for pr, p in zip(probes, prompts)]
+    return [_greedy(engine, p, _limit(pr, cfg), pr.tools()) for pr, p in zip(probes, prompts)]
 
 
 def _limit(probe: P.Probe, cfg: GateConfig) -> int:
-    return cfg.general_tokens if probe.kind == "general" else cfg.probe_tokens
+    return {"general": cfg.general_tokens, "tool": cfg.tool_tokens}.get(probe.kind, cfg.probe_tokens)
 
 
 def _base_answers(engine: Engine, probes: tuple[P.Probe, ...], prompts: list[list[int]], cfg: GateConfig,
@@ -153,7 +160,7 @@ def _base_answers(engine: Engine, probes: tuple[P.Probe, ...], prompts: list[lis
     answer lengths have been seen before. The engine must be on the base weights."""
     st = engine.model_path.stat()
     key = json.dumps([str(engine.model_path.resolve()), st.st_size, st.st_mtime_ns, cfg.probe_tokens,
-                      cfg.general_tokens, [asdict(p) for p in probes]], sort_keys=True)
+                      cfg.general_tokens, cfg.tool_tokens, "call grammar", [asdict(p) for p in probes]], sort_keys=True)
     path = cache_dir / f"base-answers-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json" if cache_dir else None
     if path is not None and path.is_file():
         return json.loads(path.read_text())["answers"]
@@ -244,6 +251,10 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
                        f"({len(base_right)} → {len(cand_right)} right; lost {', '.join(probes[i].id for i in lost)}; "
                        f"threshold {cfg.probe_threshold})")
 
+    result["tool_calls"], lost_calls = tool_calls_kept(probes, base_text, cand_text)
+    if lost_calls:
+        reasons.append(lost_calls)
+
     flags = {"echo": (lambda p, t, ids: "repeats its question" if P.echoes(p.q, t) else None, "repeat their question back"),
              "degenerate": (lambda p, t, ids: degenerate(ids, t), "are degenerate")}
     text_of = {p.id: t for p, t in zip(probes, cand_text)}
@@ -276,6 +287,26 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
                          f"KL {kl_mean:.3f} nats/token, {worst:.0%} of tokens > {WORST_NATS:g}")
     result["answers"] = {p.id: t[:200] for p, t in zip(probes, cand_text)}
     return _done(result, t0)
+
+
+def tool_calls_kept(probes: tuple[P.Probe, ...], base_text: list[str], cand_text: list[str]) -> tuple[dict[str, Any], str | None]:
+    """Tool probes on which each side made a call at all (an offered name, JSON arguments), right
+    or not, and the reason to reject when the candidate made fewer. The answer check is net and
+    forgiving; this one is not: an adapter must never teach the model to stop calling tools."""
+    tool = [i for i, p in enumerate(probes) if p.kind == "tool"]
+    base, cand = ({i for i in tool if tool_calls.parse_tool_calls(texts[i], _offered(probes[i]))[1]}
+                  for texts in (base_text, cand_text))
+    out = {"probes": len(tool), "base": len(base), "candidate": len(cand),
+           "stopped": [probes[i].id for i in sorted(base - cand)]}
+    if len(cand) >= len(base):
+        return out, None
+    i = min(base - cand)
+    return out, (f"tool calls: the candidate calls the offered tool on {len(cand)} of {len(tool)} tool probes, the "
+                 f"base weights on {len(base)}; e.g. {probes[i].id}: {cand_text[i][:60]!r}")
+
+
+def _offered(probe: P.Probe) -> set[str]:
+    return {t["function"]["name"] for t in probe.tools() or []}
 
 
 def _done(result: dict[str, Any], t0: float) -> dict[str, Any]:

@@ -18,12 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import tool_calls
 from ..chat_template import TemplateError
 from ..config import Settings
 from ..engine import Engine, GenInfo, Sampling
 from ..records import ToolCall, Turn
 from ..store import StorageError, Store
-from . import protocol, sessions, tools
+from . import protocol, sessions
 
 log = logging.getLogger("clawd.serve")
 
@@ -98,8 +99,8 @@ class ChatService:
             temperature=protocol.DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed, max_tokens=max_tokens,
-            grammar=tools.forced_call_grammar(use_tools, named) if forced else None,
-            lazy=tools.CallTrigger(use_tools) if use_tools and not forced and self.settings.tool_grammar else None,
+            grammar=tool_calls.forced_call_grammar(use_tools, named) if forced else None,
+            lazy=tool_calls.CallTrigger(use_tools) if use_tools and not forced and self.settings.tool_grammar else None,
         )
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
 
@@ -155,11 +156,11 @@ class ChatService:
                                 text, stop_hit = text[:cut], True
                         safe = len(text)
                         if p.stops and not stop_hit:
-                            safe -= tools.partial_suffix(text, p.stops)
+                            safe -= tool_calls.partial_suffix(text, p.stops)
                         if p.forced:
                             safe = 0
                         elif p.offered:
-                            safe = min(safe, tools.hold_from(text))
+                            safe = min(safe, tool_calls.hold_from(text))
                         if safe > sent:
                             emit(Event("content", text=text[sent:safe]))
                             sent = safe
@@ -172,7 +173,7 @@ class ChatService:
                     turn.logprobs.append(info.eog.logprob)
             if not stop_hit:
                 text += decoder.decode(b"", final=True)
-            content, calls = tools.parse_tool_calls(text, p.offered)
+            content, calls = tool_calls.parse_tool_calls(text, p.offered)
             if calls:
                 turn.finish_reason = "tool_calls"
             else:
