@@ -6,6 +6,12 @@ renormalized over the allowed tokens, and that token's logprob is the one it was
 A grammar can also take over mid-answer: `accept` the tokens already produced, after `allows`
 says each fits (llama.cpp aborts the process when asked to accept a token its grammar rejects,
 so nothing is accepted unchecked).
+
+Asking the grammar about every token of a 152k vocabulary takes 23 ms inside a JSON string
+(Qwen2.5, measured by bench/toolcall.py's model on 2 cores), as long as a whole decode step. So
+it is asked about the likeliest 256 tokens first, then 4096, and only then all of them: a tier
+answers when the tokens outside it could hold at most MASS_TOL of the allowed mass found in it.
+The normalizer, and so each logprob, is then exact to within MASS_TOL (1e-3 nats).
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ import ctypes
 import llama_cpp
 import numpy as np
 
+from .sampling import log_softmax
+
+TIERS = (256, 4096)
+MASS_TOL = 1e-3
 # llama_token_data {int32 id; float logit; float p}: 12 bytes, the layout llama.cpp reads
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
@@ -30,6 +40,7 @@ class GrammarMask:
         if not self._smpl:
             raise GrammarError("llama.cpp could not parse the grammar")
         self._all = self._array(n_vocab)  # (V,) every token, its logit written before each apply
+        self._tiers = [self._array(k) for k in TIERS if k < n_vocab]  # (K,) the likeliest K tokens of a step
         self._one = self._array(1)  # (1,) one token, to ask whether it fits
 
     @staticmethod
@@ -44,16 +55,35 @@ class GrammarMask:
         llama_cpp.llama_sampler_apply(self._smpl, ctypes.byref(c))
         return data["logit"]
 
+    def _allowed(self, arr: tuple[np.ndarray, llama_cpp.llama_token_data_array], ids: np.ndarray) -> np.ndarray:
+        """The tokens of `ids` the grammar allows next."""
+        data = arr[0]
+        data["id"], data["logit"] = ids, 0.0
+        return data["id"][np.isfinite(self._apply(arr))]  # llama.cpp may reorder what it is given
+
     def apply(self, logits: np.ndarray) -> np.ndarray:
         """(V,) float32 logits → a (V,) copy with -inf wherever the grammar forbids the token."""
-        data = self._all[0]
-        data["id"] = np.arange(len(data), dtype=np.int32)  # llama.cpp may reorder what it is given
-        data["logit"] = logits
-        masked = self._apply(self._all)
-        out = np.full(len(data), -np.inf, dtype=np.float32)
-        out[data["id"]] = masked
-        if not np.isfinite(out).any():
+        lp = log_softmax(logits)  # (V,) float64
+        order = None
+        allowed = np.empty(0, dtype=np.int32)
+        for tier in self._tiers:
+            k = len(tier[0])
+            if order is None:  # the likeliest tokens of the largest tier, likeliest first
+                widest = len(self._tiers[-1][0])
+                part = np.argpartition(logits, -widest)[-widest:]
+                order = part[np.argsort(-logits[part])]
+            top = order[:k]
+            allowed = self._allowed(tier, top)
+            inside = float(np.exp(lp[allowed]).sum())  # allowed mass in this tier
+            outside = max(0.0, 1.0 - float(np.exp(lp[top]).sum()))  # all mass beyond it, allowed or not
+            if allowed.size and outside <= MASS_TOL * inside:
+                break
+        else:
+            allowed = self._allowed(self._all, np.arange(len(logits), dtype=np.int32))
+        if not allowed.size:
             raise GrammarError("the grammar allows no token here")
+        out = np.full(len(logits), -np.inf, dtype=np.float32)
+        out[allowed] = logits[allowed]
         return out
 
     def allows(self, token: int) -> bool:
