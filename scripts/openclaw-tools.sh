@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Tool calls through the stock OpenClaw, measured on small tasks (bench/tool_task_set.py) for
+# several backends in one run (opt-in: slow, needs the npm registry, not part of CI).
+#
+#   scripts/openclaw-tools.sh                                  # all tasks, configurations clawd,nogrammar,llama
+#   scripts/openclaw-tools.sh --tasks 3 --configs clawd        # the first 3 tasks, clawd only
+#   scripts/openclaw-tools.sh --tasks exec_echo,read_port --configs oracle   # the bench itself, no model
+#
+# Configurations, each on the same model (scripts/qwen-model.sh, --ctx $CLAWD_TOOLS_CTX):
+#   clawd      `python -m clawd serve`, tool grammar on (the default)
+#   nogrammar  the same with CLAWD_TOOL_GRAMMAR=0 (calls parsed from free text)
+#   llama      `python -m llama_cpp.server --chat_format chatml-function-calling`, behind
+#              bench/tool_wire.py's proxy, which logs what it answered (it has no database)
+#   oracle     bench/tool_wire.py answering each task with its scripted calls: checks the tasks,
+#              OpenClaw's tools and the workspace handling without a model (not in the default set)
+#
+# What it does: installs Node 24 and OpenClaw once (scripts/openclaw-lib.sh), writes one isolated
+# OpenClaw home in a temporary directory (environment emptied; bootstrap files off, so the
+# workspace holds only a task's files; tools.exec.mode "full": commands really run, with the
+# workspace as their working directory; read/write/edit limited to the workspace). OpenClaw runs
+# in a mount namespace where everything but that home is read-only, so nothing the model runs can
+# write outside the temporary directory. Then per configuration: start the backend, run
+# `bench/tool_tasks.py run` (a fresh workspace and a new OpenClaw session per task; outcome checks
+# in Python; calls from clawd's `turns` or the wire log), stop the backend. Last,
+# `bench/tool_tasks.py summary` writes --out (bench/results/tool_tasks.json): per configuration the
+# share of tasks whose right tool ran with valid arguments and whose check passed, malformed calls,
+# seconds per task, and every task's details.
+#
+# Knobs: CLAWD_TOOLS_PORT (19751; the llama server takes the next port), CLAWD_TOOLS_CTX (32768),
+# CLAWD_TOOLS_MODEL (default: the Qwen file), CLAWD_TOOLS_MAX_TOKENS (1024), CLAWD_TOOLS_TIMEOUT
+# (seconds per task, 1800: a cold first prompt on 2 busy cores takes many minutes),
+# CLAWD_TOOLS_EXEC_MODE (full), CLAWD_TOOLS_JAIL (auto: the jail when unshare can make it, else
+# refuse; 0 runs without it), CLAWD_TOOLS_KEEP=1 (keep the work directory), OPENCLAW_VERSION,
+# PYTHON. On a shared machine run it under `nice -n 15`.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+say() { echo "openclaw-tools: $*" >&2; }
+# shellcheck source=scripts/openclaw-lib.sh
+. "$ROOT/scripts/openclaw-lib.sh"
+PORT=${CLAWD_TOOLS_PORT:-19751}
+CTX=${CLAWD_TOOLS_CTX:-32768}
+MAX_TOKENS=${CLAWD_TOOLS_MAX_TOKENS:-1024}
+TIMEOUT=${CLAWD_TOOLS_TIMEOUT:-1800}
+EXEC_MODE=${CLAWD_TOOLS_EXEC_MODE:-full}
+JAIL=${CLAWD_TOOLS_JAIL:-auto}
+TASKS=""
+CONFIGS=clawd,nogrammar,llama
+OUT=$ROOT/bench/results/tool_tasks.json
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tasks) TASKS=$2; shift 2 ;;
+    --configs) CONFIGS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) oc_die "unknown argument $1 (see --help)" ;;
+  esac
+done
+for c in ${CONFIGS//,/ }; do
+  case $c in clawd | nogrammar | llama | oracle) ;; *) oc_die "unknown configuration $c (clawd, nogrammar, llama, oracle)" ;; esac
+done
+
+NAMES=$(cd "$ROOT" && "$PY" bench/tool_tasks.py list ${TASKS:+--tasks "$TASKS"}) || oc_die "--tasks $TASKS: see above"
+oc_install
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/clawd-openclaw-tools.XXXXXX")
+PIDS=()
+STATUS=1
+cleanup() {
+  for p in "${PIDS[@]}"; do server_stop "$p"; done
+  if [ "$STATUS" = 0 ] && [ "${CLAWD_TOOLS_KEEP:-0}" != 1 ]; then
+    rm -rf "$WORK"
+  else
+    say "work directory kept: $WORK (*.log, *.json, home/)"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+OC_HOME=$WORK/home
+WORKSPACE=$OC_HOME/.openclaw/workspace  # OpenClaw's default place for it, named so the bench knows it
+if [ "$JAIL" = auto ]; then
+  mkdir -p "$OC_HOME"
+  oc_jail_works "$OC_HOME" && JAIL=1 || oc_die "cannot make the read-only jail here (unshare); CLAWD_TOOLS_JAIL=0 runs the model's commands without it"
+fi
+oc_write_wrapper "$WORK/openclaw" "$OC_HOME" "$JAIL"
+# Every configuration shares this home, so OpenClaw's system prompt is the same for all of them.
+EXTRA=$("$PY" -c 'import json,sys; print(json.dumps({"agents": {"defaults": {"workspace": sys.argv[1], "skipBootstrap": True}},
+  "tools": {"fs": {"workspaceOnly": True}}}))' "$WORKSPACE")
+MODEL=${CLAWD_TOOLS_MODEL:-$("$ROOT/scripts/qwen-model.sh")}
+THREADS=$(nproc)
+say "work directory $WORK; model $MODEL; configurations $CONFIGS; jail $JAIL; tasks $NAMES"
+
+# backend LABEL: starts it, sets BASE and RECORD (--db FILE or --wire FILE) for the run.
+backend() {
+  local label=$1 base=http://127.0.0.1:$PORT
+  case $label in
+    clawd | nogrammar)
+      local env=()
+      [ "$label" = nogrammar ] && env=(CLAWD_TOOL_GRAMMAR=0)
+      clawd_start "$WORK/$label-home" "$PORT" "$MODEL" "$CTX" "$WORK/$label.log" "${env[@]}"
+      PIDS+=("$SERVER_PID")
+      RECORD=(--db "$WORK/$label-home/clawd.db") ;;
+    llama)
+      local up=$((PORT + 1))
+      say "starting llama_cpp.server on :$up (log: $WORK/llama.log) behind the wire proxy on :$PORT"
+      (cd "$WORK" && exec "$PY" -m llama_cpp.server --model "$MODEL" --chat_format chatml-function-calling \
+        --n_ctx "$CTX" --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_batch 512 \
+        --host 127.0.0.1 --port "$up" >"$WORK/llama.log" 2>&1) &
+      PIDS+=($!)
+      server_wait "http://127.0.0.1:$up" "$!" "$WORK/llama.log" llama_cpp.server
+      wire proxy --upstream "http://127.0.0.1:$up" ;;
+    oracle) wire oracle ;;
+  esac
+  BASE=$base
+}
+wire() {  # MODE [ARGS]: bench/tool_wire.py on $PORT, logging to $WORK/$label.wire.jsonl
+  (cd "$ROOT" && exec "$PY" bench/tool_wire.py "$@" --port "$PORT" --log "$WORK/$label.wire.jsonl" \
+    >"$WORK/$label-wire.log" 2>&1) &
+  PIDS+=($!)
+  server_wait "http://127.0.0.1:$PORT" "$!" "$WORK/$label-wire.log" tool_wire.py
+  RECORD=(--wire "$WORK/$label.wire.jsonl")
+}
+
+RESULTS=()
+for label in ${CONFIGS//,/ }; do
+  backend "$label"
+  MODELS=$(http_get "$BASE/v1/models") || oc_die "$label does not answer $BASE/v1/models"
+  MODEL_ID=$(echo "$MODELS" | json_get '["data"][0]["id"]')
+  oc_write_config "$OC_HOME/.openclaw/openclaw.json" "$BASE" "$MODEL_ID" "$CTX" "$MAX_TOKENS" "$TIMEOUT" "$EXEC_MODE" "$EXTRA"
+  timeout 300 "$WORK/openclaw" config validate >"$WORK/config-validate.txt" 2>&1 ||
+    { cat "$WORK/config-validate.txt" >&2; oc_die "OpenClaw rejects the config"; }
+  say "$label: model id '$MODEL_ID' at $BASE/v1"
+  (cd "$ROOT" && "$PY" bench/tool_tasks.py run --label "$label" --openclaw "$WORK/openclaw" --workspace "$WORKSPACE" \
+    "${RECORD[@]}" ${TASKS:+--tasks "$TASKS"} --timeout "$TIMEOUT" --out "$WORK/$label.json")
+  RESULTS+=("$WORK/$label.json")
+  for p in "${PIDS[@]}"; do server_stop "$p"; done  # one backend at a time: they share the cores and the port
+  PIDS=()
+done
+
+META=$("$PY" -c 'import json,os,sys; print(json.dumps({"openclaw": sys.argv[1], "node": sys.argv[2], "model": os.path.basename(sys.argv[3]),
+  "ctx": int(sys.argv[4]), "max_tokens": int(sys.argv[5]), "exec_mode": sys.argv[6], "jail": sys.argv[7] == "1",
+  "cores": os.cpu_count(), "load_average_end": os.getloadavg()}))' \
+  "$OPENCLAW_VERSION" "$("$NODE_BIN/node" --version)" "$MODEL" "$CTX" "$MAX_TOKENS" "$EXEC_MODE" "$JAIL")
+(cd "$ROOT" && "$PY" bench/tool_tasks.py summary "${RESULTS[@]}" --meta "$META" --out "$OUT")
+STATUS=0
