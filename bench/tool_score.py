@@ -16,8 +16,9 @@ from pathlib import Path
 from tool_task_set import Task
 from tool_wire import text_of
 
-# A call the model began but the backend passed on as text: Qwen's tag, or a bare JSON call.
-_CALL_AS_TEXT = re.compile(r'<tool_call>|^\s*(```(json)?\s*)?\{\s*"name"\s*:')
+# A call the model wrote but the backend passed on as text: Qwen's tag, or a JSON call opening a
+# line (seen after a chat-template token the model wrote out as text, `<|im_start|>\n{"name": ...`).
+_CALL_AS_TEXT = re.compile(r'<tool_call>|^\s*(```(json)?\s*)?\{\s*"name"\s*:', re.M)
 
 
 def offered_tools(request: dict) -> dict[str, list[str]]:
@@ -28,9 +29,16 @@ def offered_tools(request: dict) -> dict[str, list[str]]:
     return out
 
 
+# OpenClaw's first user message names the agent: "main" for the task's own session, another for a
+# session a tool started (the `openclaw` tool delegates to an agent of that name).
+_AGENT = re.compile(r"Runtime: agent=(\S+)")
+
+
 def record(request: dict, content: str, tool_calls: list[dict], seconds: float | None, status: str) -> dict:
-    return {"offered": offered_tools(request), "messages": request.get("messages") or [], "content": content or "",
-            "tool_calls": tool_calls, "seconds": seconds, "status": status}
+    msgs = request.get("messages") or []
+    found = next((m for m in (_AGENT.search(text_of(x.get("content"))) for x in msgs if x.get("role") == "user") if m), None)
+    return {"offered": offered_tools(request), "messages": msgs, "content": content or "", "tool_calls": tool_calls,
+            "seconds": seconds, "status": status, "agent": found.group(1) if found else None}
 
 
 def records_from_store(db: Path, after: int) -> tuple[list[dict], int]:
@@ -98,7 +106,7 @@ def tool_outputs(records: list[dict]) -> list[str]:
 
 
 def score(task: Task, records: list[dict]) -> dict:
-    calls = [judge_call(c, r["offered"]) for r in records for c in r["tool_calls"]]
+    calls = [judge_call(c, r["offered"]) | {"agent": r.get("agent")} for r in records for c in r["tool_calls"]]
     return {"calls": calls, "malformed": sum(not (c["offered"] and c["json"]) for c in calls),
             "missing_required": sum(bool(c["missing"]) for c in calls if c["offered"] and c["json"]),
             "calls_as_text": sum(bool(_CALL_AS_TEXT.search(r["content"])) for r in records),
@@ -124,6 +132,7 @@ def summarize(details: list[dict]) -> dict:
             "missing_required": sum(d["missing_required"] for d in details),
             "calls_as_text": sum(d["calls_as_text"] for d in details),
             "tools_called": sorted({c["name"] for d in details for c in d["calls"]}),
+            "calls_outside_main": sum(c.get("agent") not in ("main", None) for d in details for c in d["calls"]),
             "seconds_per_task": round(statistics.mean(secs), 1),
             "seconds_median": round(statistics.median(secs), 1),
             "by_kind": {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by_kind.items())}}

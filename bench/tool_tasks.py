@@ -112,9 +112,10 @@ def cmd_run(a: argparse.Namespace) -> None:
     for i, task in enumerate(tasks, 1):
         d, mark = run_task(task, a, mark)
         details.append(d)
-        calls = " ".join(f"{c['name']}{'' if c['valid'] else '(bad)'}" for c in d["calls"]) or "no calls"
+        calls = " ".join(c["name"] + ("" if c["valid"] else "(bad)") + ("" if c["agent"] in ("main", None) else
+                                                                          f"@{c['agent']}") for c in d["calls"])
         print(f"[{a.label}] {i}/{len(tasks)} {task.name}: {'PASS' if d['success'] else 'FAIL'} {d['seconds']:.0f} s; "
-              f"{calls}; check: {d['check'] or 'ok'}", flush=True)
+              f"{calls or 'no calls'}; check: {d['check'] or 'ok'}", flush=True)
         a.out.write_text(json.dumps({"label": a.label, "details": details}, indent=1))
     print(f"[{a.label}] {json.dumps(summarize(details))}")
 

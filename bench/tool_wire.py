@@ -1,11 +1,14 @@
 """What goes over the wire between OpenClaw and a backend without a database of its own.
 
-    python3 bench/tool_wire.py proxy --port P --upstream http://127.0.0.1:Q --log wire.jsonl
+    python3 bench/tool_wire.py proxy --port P --upstream http://127.0.0.1:Q --log wire.jsonl [--unstream]
     python3 bench/tool_wire.py oracle --port P --log wire.jsonl
 
 `proxy` passes every request to the upstream (llama-cpp-python's server) unchanged, streams the
 answer back as it comes, and logs each chat completion: the request and the answer's text and
-tool calls as the client assembled them. `oracle` is a scripted backend that answers each task
+tool calls as the client assembled them. With --unstream it asks the upstream for a whole answer
+instead and streams that back in one go: llama-cpp-python's chatml-function-calling handler
+raises "Automatic streaming tool choice is not supported" (HTTP 500) whenever the model picks a
+tool in a streamed request with tool_choice auto, which is every request OpenClaw sends. `oracle` is a scripted backend that answers each task
 with the calls its `oracle` field lists, then with the last tool result: a run against it checks
 the bench itself (OpenClaw's tools, the workspace, the checks) without a model. Both log the same
 lines, which tool_tasks.py reads the way it reads clawd's `turns`.
@@ -86,6 +89,17 @@ def oracle_answer(request: dict) -> dict:
     return {"content": text, "tool_calls": [], "finish_reason": "stop"}
 
 
+def whole(answer: dict, model: str) -> bytes:
+    """An answer as one OpenAI chat completion (a request without stream)."""
+    msg: dict = {"role": "assistant", "content": answer["content"] or None}
+    if answer["tool_calls"]:
+        msg["tool_calls"] = [{"id": f"call_{time.time_ns()}_{i}", "type": "function", "function": c}
+                             for i, c in enumerate(answer["tool_calls"])]
+    return json.dumps({"id": f"oracle-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
+                       "model": model, "choices": [{"index": 0, "message": msg, "finish_reason": answer["finish_reason"]}],
+                       "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}}).encode()
+
+
 def sse(answer: dict, model: str) -> bytes:
     """An answer as an OpenAI chat stream: a role chunk, the content or the calls, finish, usage."""
     base = {"id": f"oracle-{time.time_ns()}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
@@ -99,7 +113,7 @@ def sse(answer: dict, model: str) -> bytes:
     return b"".join(f"data: {json.dumps(base | c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
 
 
-def handler(log: Log, upstream: str | None) -> type[BaseHTTPRequestHandler]:
+def handler(log: Log, upstream: str | None, unstream: bool = False) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -125,14 +139,35 @@ def handler(log: Log, upstream: str | None) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             request, t0 = json.loads(raw or b"{}"), time.perf_counter()
             if upstream is None:
-                answer = oracle_answer(request)
-                self._send(200, sse(answer, request.get("model", "oracle")), "text/event-stream")
+                answer, model = oracle_answer(request), request.get("model", "oracle")
                 log.add(request, answer, 200, time.perf_counter() - t0)
+                if request.get("stream"):
+                    self._send(200, sse(answer, model), "text/event-stream")
+                else:
+                    self._send(200, whole(answer, model))
                 return
-            self._relay(raw, request, t0)
+            if unstream and request.get("stream"):
+                self._whole(request, t0)
+            else:
+                self._relay(raw, request, t0)
+
+        def _whole(self, request: dict, t0: float) -> None:
+            body = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
+            r = httpx.post(upstream + self.path, json=body, headers=self._auth(), timeout=httpx.Timeout(30, read=None))
+            ok = r.status_code == 200
+            answer = assemble(r.content, streamed=False) if ok else {"content": r.text[:2000], "tool_calls": [],
+                                                                     "finish_reason": None}
+            log.add(request, answer, r.status_code, time.perf_counter() - t0)
+            if ok:
+                self._send(200, sse(answer, request.get("model", "")), "text/event-stream")
+            else:
+                self._send(r.status_code, r.content, r.headers.get("content-type", "application/json"))
+
+        def _auth(self) -> dict:
+            return {k: v for k, v in self.headers.items() if k.lower() == "authorization"}
 
         def _relay(self, raw: bytes, request: dict, t0: float) -> None:
-            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+            headers = self._auth() | {"Content-Type": self.headers.get("Content-Type", "application/json")}
             got = bytearray()
             # No read timeout: a cold 12k-token prompt on a busy CPU takes many minutes to its first byte.
             with httpx.stream("POST", upstream + self.path, content=raw, headers=headers,
@@ -145,10 +180,9 @@ def handler(log: Log, upstream: str | None) -> type[BaseHTTPRequestHandler]:
                     got += piece
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                     self.wfile.flush()
+                # Logged before the last chunk: once the client has the whole answer, so has the log.
+                log.add(request, assemble(bytes(got), bool(request.get("stream"))), r.status_code, time.perf_counter() - t0)
                 self.wfile.write(b"0\r\n\r\n")
-                status = r.status_code
-            streamed = bool(request.get("stream"))
-            log.add(request, assemble(bytes(got), streamed), status, time.perf_counter() - t0)
 
     return Handler
 
@@ -159,11 +193,12 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", help="the backend's base URL, for proxy")
     ap.add_argument("--log", type=Path, required=True)
+    ap.add_argument("--unstream", action="store_true", help="proxy: ask the upstream for whole answers")
     a = ap.parse_args()
     if a.mode == "proxy" and not a.upstream:
         ap.error("proxy needs --upstream")
     upstream = a.upstream.rstrip("/") if a.mode == "proxy" else None
-    ThreadingHTTPServer(("127.0.0.1", a.port), handler(Log(a.log), upstream)).serve_forever()
+    ThreadingHTTPServer(("127.0.0.1", a.port), handler(Log(a.log), upstream, a.unstream)).serve_forever()
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@
 #   scripts/openclaw-tools.sh --tasks exec_echo,read_port --configs oracle   # the bench itself, no model
 #
 # Configurations, each on the same model (scripts/qwen-model.sh, --ctx $CLAWD_TOOLS_CTX):
-#   clawd      `python -m clawd serve`, tool grammar on (the default)
+#   clawd      `python -m clawd serve`, tool grammar on (the default); auto_learn off for both
 #   nogrammar  the same with CLAWD_TOOL_GRAMMAR=0 (calls parsed from free text)
 #   llama      `python -m llama_cpp.server --chat_format chatml-function-calling`, behind
-#              bench/tool_wire.py's proxy, which logs what it answered (it has no database)
+#              bench/tool_wire.py's proxy, which logs what it answered (it has no database) and
+#              asks it for whole answers: it cannot stream a call under tool_choice auto (HTTP 500,
+#              "Automatic streaming tool choice is not supported"); CLAWD_TOOLS_LLAMA_STREAM=1
+#              passes OpenClaw's streamed requests through as they are
 #   oracle     bench/tool_wire.py answering each task with its scripted calls: checks the tasks,
 #              OpenClaw's tools and the workspace handling without a model (not in the default set)
 #
@@ -95,8 +98,9 @@ backend() {
   local label=$1 base=http://127.0.0.1:$PORT
   case $label in
     clawd | nogrammar)
-      local env=()
-      [ "$label" = nogrammar ] && env=(CLAWD_TOOL_GRAMMAR=0)
+      # No judging or training between tasks: they would take the cores and could swap the model.
+      local env=(CLAWD_AUTO_LEARN=0)
+      [ "$label" = nogrammar ] && env+=(CLAWD_TOOL_GRAMMAR=0)
       clawd_start "$WORK/$label-home" "$PORT" "$MODEL" "$CTX" "$WORK/$label.log" "${env[@]}"
       PIDS+=("$SERVER_PID")
       RECORD=(--db "$WORK/$label-home/clawd.db") ;;
@@ -108,7 +112,9 @@ backend() {
         --host 127.0.0.1 --port "$up" >"$WORK/llama.log" 2>&1) &
       PIDS+=($!)
       server_wait "http://127.0.0.1:$up" "$!" "$WORK/llama.log" llama_cpp.server
-      wire proxy --upstream "http://127.0.0.1:$up" ;;
+      local whole=(--unstream)
+      [ "${CLAWD_TOOLS_LLAMA_STREAM:-0}" = 1 ] && whole=()
+      wire proxy --upstream "http://127.0.0.1:$up" "${whole[@]}" ;;
     oracle) wire oracle ;;
   esac
   BASE=$base
