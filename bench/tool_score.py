@@ -16,9 +16,11 @@ from pathlib import Path
 from tool_task_set import Task
 from tool_wire import text_of
 
-# A call the model wrote but the backend passed on as text: Qwen's tag, or a JSON call opening a
-# line (seen after a chat-template token the model wrote out as text, `<|im_start|>\n{"name": ...`).
-_CALL_AS_TEXT = re.compile(r'<tool_call>|^\s*(```(json)?\s*)?\{\s*"name"\s*:', re.M)
+# A call the model wrote but the backend passed on as text: Qwen's tag; a JSON call opening a line
+# (seen after a chat-template token the model wrote out as text, `<|im_start|>\n{"name": ...`);
+# llama-cpp-python's chatml-function-calling marker, which its "message" branch emits as the
+# answer's content (that branch's grammar allows only `functions.NAME:` or the end).
+_CALL_AS_TEXT = re.compile(r'<tool_call>|^\s*(```(json)?\s*)?\{\s*"name"\s*:|^functions\.[\w.-]+:', re.M)
 
 
 def offered_tools(request: dict) -> dict[str, list[str]]:

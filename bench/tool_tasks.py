@@ -121,11 +121,11 @@ def cmd_run(a: argparse.Namespace) -> None:
 
 
 def cmd_summary(a: argparse.Namespace) -> None:
-    configs, details = {}, {}
-    for path in a.results:
+    details: dict[str, list[dict]] = {}
+    for path in a.results:  # results of one label from several runs add up (a run resumed with other --tasks)
         r = json.loads(path.read_text())
-        configs[r["label"]] = summarize(r["details"])
-        details[r["label"]] = r["details"]
+        details.setdefault(r["label"], []).extend(r["details"])
+    configs = {label: summarize(d) for label, d in details.items()}
     meta = json.loads(a.meta) if a.meta else {}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"meta": meta, "configs": configs, "details": details}, indent=1))

@@ -95,14 +95,14 @@ def whole(answer: dict, model: str) -> bytes:
     if answer["tool_calls"]:
         msg["tool_calls"] = [{"id": f"call_{time.time_ns()}_{i}", "type": "function", "function": c}
                              for i, c in enumerate(answer["tool_calls"])]
-    return json.dumps({"id": f"oracle-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
+    return json.dumps({"id": f"wire-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
                        "model": model, "choices": [{"index": 0, "message": msg, "finish_reason": answer["finish_reason"]}],
                        "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}}).encode()
 
 
 def sse(answer: dict, model: str) -> bytes:
     """An answer as an OpenAI chat stream: a role chunk, the content or the calls, finish, usage."""
-    base = {"id": f"oracle-{time.time_ns()}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+    base = {"id": f"wire-{time.time_ns()}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
     delta: dict = {"role": "assistant", "content": answer["content"] or None}
     if answer["tool_calls"]:
         delta["tool_calls"] = [{"index": i, "id": f"call_{time.time_ns()}_{i}", "type": "function",

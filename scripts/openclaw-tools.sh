@@ -13,7 +13,10 @@
 #              bench/tool_wire.py's proxy, which logs what it answered (it has no database) and
 #              asks it for whole answers: it cannot stream a call under tool_choice auto (HTTP 500,
 #              "Automatic streaming tool choice is not supported"); CLAWD_TOOLS_LLAMA_STREAM=1
-#              passes OpenClaw's streamed requests through as they are
+#              passes OpenClaw's streamed requests through as they are. Its auto mode first picks
+#              "functions.NAME" or "message" under a grammar; the message branch is decoded under
+#              the follow-up grammar (a function name or the end), so a text answer comes out as
+#              `functions.exec:` (counted as a call as text), never as prose
 #   oracle     bench/tool_wire.py answering each task with its scripted calls: checks the tasks,
 #              OpenClaw's tools and the workspace handling without a model (not in the default set)
 #
@@ -35,6 +38,33 @@
 # CLAWD_TOOLS_EXEC_MODE (full), CLAWD_TOOLS_JAIL (auto: the jail when unshare can make it, else
 # refuse; 0 runs without it), CLAWD_TOOLS_KEEP=1 (keep the work directory), OPENCLAW_VERSION,
 # PYTHON. On a shared machine run it under `nice -n 15`.
+#
+# What OpenClaw sends (2026.9.6): 12 tools (apply_patch, edit, exec, ls, openclaw, process, read,
+# sessions_yield, tool_call, tool_describe, tool_search, write), tool_choice auto, stream, the
+# provider's maxTokens, no sampling parameters (clawd samples at its default temperature 0.8, so
+# runs differ). Its system prompt here is ~21k characters, 7.9k Qwen tokens (bootstrap files off;
+# 40k characters with them). Tool paths resolve against the workspace, which is also exec's
+# working directory. When a turn ends in tool calls without text, OpenClaw makes a tool-less
+# "produce the final user-visible answer now" request without a system prompt (a side turn in
+# clawd). The `openclaw` tool delegates to a separate "openclaw" agent session (its own system
+# prompt and tools, and a 51-token "Reply with the single word OK" inference probe first); its
+# turns are recorded too, and a call's `agent` says whose it was.
+#
+# Smoke test (2026-12-01, this 2-core VM shared with a test suite, load 2-4; Qwen2.5-Coder-0.5B
+# Q4_K_M, defaults above):
+#   oracle, all 24 tasks: 24 passed, 28 calls, 0 malformed, 16 s a task (OpenClaw's start-up).
+#   clawd, exec_echo: FAIL after 1,355 s, 23 model calls (1,328 s in clawd; the cold first prompt,
+#     7,877 tokens, 93 s). The model called edit on a made-up logs/clawd/clawd.log twice (ENOENT),
+#     then the `openclaw` tool 13 times (its agent looping on status), never exec; the answer
+#     "Goodbye!" came from the tool-less recovery request. 15 calls, all of offered tools with
+#     JSON arguments: malformed 0.
+#   clawd, read_codeword: two tries, each ended by an outside SIGTERM before the answer. Both times
+#     the first call was read with valid arguments ({"path": "note.txt", "optional": true}), its
+#     result held the code word, and then the model delegated to the `openclaw` tool instead of
+#     answering. The delegated agent twice wrote a call as text after a template token: one it
+#     wrote out itself (`<|im_start|>`), one copied from its history, where OpenClaw had put a
+#     zero-width space into it (`<\u200b|im_end|>`).
+#     A new session's first turn evaluated 192 of its 7,872 prompt tokens (5.5 s).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

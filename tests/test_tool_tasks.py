@@ -48,8 +48,10 @@ def test_steps_run_in_order_and_calls_as_text_are_counted():
     recs = [{"offered": OFFERED, "messages": [], "content": '<tool_call>{"name": "read"', "tool_calls": [],
              "seconds": 1.0, "status": "ok"}]
     recs.append(recs[0] | {"content": '<|im_start|>\n{"name": "openclaw", "arguments": {}}'})
+    recs.append(recs[0] | {"content": "functions.exec:"})
+    recs.append(recs[0] | {"content": 'Use {"name": "x"} like this.'})  # prose, not a call
     s = score(task, recs)
-    assert s["calls_as_text"] == 2 and s["malformed"] == 0 and not s["tools_ok"]
+    assert s["calls_as_text"] == 3 and s["malformed"] == 0 and not s["tools_ok"]
     sub = record({"tools": [{"function": {"name": "read", "parameters": {"required": ["path"]}}}],
                   "messages": [{"role": "user", "content": "hi\n\nRuntime: agent=openclaw | session=x"}]},
                  "", [{"name": "read", "arguments": "{}"}], 1.0, "ok")
