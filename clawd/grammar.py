@@ -64,15 +64,13 @@ class GrammarMask:
     def apply(self, logits: np.ndarray) -> np.ndarray:
         """(V,) float32 logits → a (V,) copy with -inf wherever the grammar forbids the token."""
         lp = log_softmax(logits)  # (V,) float64
-        order = None
         allowed = np.empty(0, dtype=np.int32)
+        if self._tiers:  # the likeliest tokens of the widest tier, likeliest first
+            widest = len(self._tiers[-1][0])
+            part = np.argpartition(logits, -widest)[-widest:]
+            order = part[np.argsort(-logits[part])]
         for tier in self._tiers:
-            k = len(tier[0])
-            if order is None:  # the likeliest tokens of the largest tier, likeliest first
-                widest = len(self._tiers[-1][0])
-                part = np.argpartition(logits, -widest)[-widest:]
-                order = part[np.argsort(-logits[part])]
-            top = order[:k]
+            top = order[: len(tier[0])]
             allowed = self._allowed(tier, top)
             inside = float(np.exp(lp[allowed]).sum())  # allowed mass in this tier
             outside = max(0.0, 1.0 - float(np.exp(lp[top]).sum()))  # all mass beyond it, allowed or not
@@ -87,9 +85,7 @@ class GrammarMask:
         return out
 
     def allows(self, token: int) -> bool:
-        data = self._one[0]
-        data["id"], data["logit"] = token, 0.0
-        return bool(np.isfinite(self._apply(self._one)[0]))
+        return self._allowed(self._one, np.array([token], dtype=np.int32)).size > 0
 
     def accept(self, token: int) -> None:
         """Advance the grammar past `token`, which `allows` must have said fits."""
