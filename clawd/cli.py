@@ -73,8 +73,9 @@ def cmd_status(ns: argparse.Namespace) -> None:
         print(json.dumps(st, indent=2))
         return
     from . import cli_show
+    from .records import Status
 
-    cli_show.status(st)
+    cli_show.status(Status.from_json(st))
 
 
 def cmd_config(ns: argparse.Namespace) -> None:
@@ -127,7 +128,9 @@ def cmd_openclaw_config(ns: argparse.Namespace) -> None:
     settings = _settings(ns)
     st = _call(settings, "GET", "/v1/clawd/status", timeout=5)
     if st is not None:
-        ctx = st["model"]["context"]
+        from .records import Status
+
+        ctx = Status.from_json(st).model.context
     else:
         ctx = settings.ctx or _trained_context(settings.resolved_model())
         print(f"(daemon not running: contextWindow {ctx} from the settings and the model file)", file=sys.stderr)
@@ -205,9 +208,11 @@ def cmd_publish(ns: argparse.Namespace) -> None:
             out = _local_adapters(settings).publish(ns.version)
         except (LookupError, ValueError) as e:
             sys.exit(str(e).strip("'\""))
-    gate = out["gate"]  # a rejection came back as an error, with every reason
-    drop = (gate.get("replay") or {}).get("drop")
-    print(f"adapter {out['version']} passed the gate in {gate['seconds']:.0f}s"
+    from .records import GateResult
+
+    gate = GateResult.from_json(out["gate"])  # a rejection came back as an error, with every reason
+    drop = (gate.checks.get("replay") or {}).get("drop")
+    print(f"adapter {out['version']} passed the gate in {gate.seconds:.0f}s"
           + (f" (replay drop {drop:+.3f} nats/token)" if drop is not None else " (no judged turns to replay yet)")
           + f" and is live {where}".replace("live ;", "live;"))
 
@@ -227,18 +232,19 @@ def cmd_train(ns: argparse.Namespace) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .records import TrainEvent
     from .train.loop import TrainError, run_round
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
         task = bar.add_task("loading model", total=None, info="")
 
-        def progress(e: dict) -> None:
-            if e["event"] == "start":
-                bar.update(task, description=f"run {e['run_id']}: {e['samples']} turns", total=e["steps"],
-                           completed=e["step"], info=f"{e['backend']} on {e['device']}")
-            elif e["event"] == "step":
-                bar.update(task, completed=e["step"], info=f"loss {e['loss']:+.4f}")
+        def progress(e: TrainEvent) -> None:
+            if e.event == "start":
+                bar.update(task, description=f"run {e.run_id}: {e.detail['samples']} turns", total=e.steps,
+                           completed=e.step, info=f"{e.detail['backend']} on {e.detail['device']}")
+            elif e.event == "step":
+                bar.update(task, completed=e.step, info=f"loss {e.loss:+.4f}")
 
         try:
             result = run_round(settings, progress=progress)

@@ -9,37 +9,48 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from .records import Status, TrainEvent
 
-def status(st: dict) -> None:
+
+def status(st: Status) -> None:
     t = Table(show_header=False, box=None)
-    t.add_row("status", f"[green]up[/green] {ago(st['uptime_s'])}; now {st['doing']} ({ago(st['doing_since_s'])}), "
-                        f"{st['in_flight']} request(s) in flight")
-    t.add_row("model", f"{st['model']['id']} — {st['model']['path']}")
-    t.add_row("context", f"{st['model']['context']} tokens (trained {st['model']['trained_context']}) on {st['device']}")
-    a = st["adapter"]
-    t.add_row("adapter", f"v{a['version']}, published {ago(a['age_s'])} ago" if a else "none (base weights)")
-    c = st["turns"]
+    t.add_row("status", f"[green]up[/green] {ago(st.uptime_s)}; now {st.doing} ({ago(st.doing_since_s)}), "
+                        f"{st.in_flight} request(s) in flight")
+    t.add_row("model", f"{st.model.id} — {st.model.path}")
+    t.add_row("context", f"{st.model.context} tokens (trained {st.model.trained_context}) on {st.device}")
+    a = st.adapter
+    t.add_row("adapter", f"v{a.version}, published {ago(a.age_s)} ago" if a else "none (base weights)")
+    c = st.turns
     t.add_row("turns", f"{c['turns']} recorded: {c['main']} main, {c['side']} side, {c['aborted']} aborted; "
                        f"{c['with_next_state']} with a next state, {c['judged']} judged, {c['trained']} trained on; "
                        f"{c['sessions']} sessions")
-    t.add_row("scores", sparkline(st["recent_scores"]) or "no judged turns yet")
-    t.add_row("judge", judge_line(st["judge"]))
-    tr = st["training"]
-    last = tr["last"]
-    t.add_row("training", (f"last round {last['event']} {ago(time.time() - last['at'])} ago; " if last else "no round yet; ")
-              + f"next when {tr['ready']}/{tr['batch']} turns are ready and idle {tr['idle_seconds']:.0f}s"
-              + ("" if tr["auto"] else " (auto_learn is off)")
-              + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.get("paused") else ""))
-    t.add_row("backend", f"{tr.get('backend') or 'none yet'} (train_backend={tr.get('backend_setting', '?')})")
-    plan = tr.get("memory_plan")
-    if plan:
-        t.add_row("memory plan", f"{plan['decision']}: {plan['reason']}")
-    if tr["progress"] and st["doing"].startswith("training"):
-        t.add_row("progress", json.dumps(tr["progress"]))
-    t.add_row("prompt cache", cache_line(st.get("prompt_cache")))
-    t.add_row("memory", f"{st['memory_mb']:.0f} MB")
-    t.add_row("data", st["home"])
+    t.add_row("scores", sparkline(st.recent_scores) or "no judged turns yet")
+    t.add_row("judge", judge_line(st.judge))
+    tr = st.training
+    last = tr.last
+    t.add_row("training", (f"last round {last.event} {ago(time.time() - (last.at or time.time()))} ago; " if last
+                           else "no round yet; ")
+              + f"next when {tr.ready}/{tr.batch} turns are ready and idle {tr.idle_seconds:.0f}s"
+              + ("" if tr.auto else " (auto_learn is off)")
+              + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.paused else ""))
+    t.add_row("backend", f"{tr.backend or 'none yet'} (train_backend={tr.backend_setting})")
+    if tr.memory_plan:
+        t.add_row("memory plan", f"{tr.memory_plan['decision']}: {tr.memory_plan['reason']}")
+    if tr.progress and st.doing.startswith("training"):
+        t.add_row("progress", progress_line(tr.progress))
+    t.add_row("prompt cache", cache_line(st.prompt_cache))
+    t.add_row("memory", f"{st.memory_mb:.0f} MB")
+    t.add_row("data", st.home)
     Console().print(t)
+
+
+def progress_line(e: TrainEvent) -> str:
+    """The round under way, as far as its latest event says."""
+    if e.event == "step":
+        return f"run {e.run_id}: step {e.step}/{e.steps}, loss {e.loss:+.4f}"
+    if e.event == "start":
+        return f"run {e.run_id}: {e.detail.get('samples')} turns scored, {e.steps} steps to go from {e.step}"
+    return f"run {e.run_id}: {e.event}" if e.run_id is not None else e.event
 
 
 def judge_line(j: dict) -> str:

@@ -16,6 +16,7 @@ from .config import Settings, ensure_home
 from .engine import Engine
 from .judge import Judge
 from .publish import AdapterError, Adapters
+from .records import LiveAdapter, ModelStatus, Status, TrainingStatus
 from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
@@ -67,7 +68,7 @@ class Daemon:
         self.scheduler = Scheduler(settings, self.store, self._activity, Jobs(
             judge_backlog=lambda stop: self.judge.run_backlog(stop),
             backlog_size=self.judge.backlog_size,
-            ready_to_train=self._ready_to_train,
+            ready_to_train=self.ready_to_train,
             staged=adapter_dir.staged_round,
             start_trainer=lambda: Trainer(settings, serving=self._serving()).start(),
             publish=self._publish,
@@ -76,7 +77,7 @@ class Daemon:
         self.chat.on_admit = self.scheduler.pause_training
         self.started = time.time()
 
-    def _ready_to_train(self) -> int:
+    def ready_to_train(self) -> int:
         return len(ready_turns(self.store, self.settings.train_method, self.settings.train_batch))
 
     def _serving(self) -> dict[str, Any]:
@@ -85,9 +86,9 @@ class Daemon:
 
     def _trained_by(self) -> str | None:
         """The backend of the last round: this run's, else the newest adapter's record."""
-        last = self.scheduler.state.last_train or {}
-        if last.get("backend"):
-            return last["backend"]
+        last = self.scheduler.state.last_train
+        if last is not None and last.detail.get("backend"):
+            return last.detail["backend"]
         adapters = self.store.adapters()
         return (adapters[-1].meta.get("backend") or {}).get("backend") if adapters else None
 
@@ -104,37 +105,28 @@ class Daemon:
             log.exception("publishing failed")
             return {"published": False, "error": str(e)}
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         st = self.scheduler.state
         version = self.engine.adapter_version
         adapter = None
         if version is not None:
             row = next((a for a in self.store.adapters() if a.version == version), None)
-            adapter = {"version": version, "age_s": round(time.time() - row.created, 1) if row else None}
-        return {
-            "version": __version__,
-            "up": True,
-            "uptime_s": round(time.time() - self.started, 1),
-            "model": {"id": self.settings.model_id, "path": str(self.engine.model_path), "context": self.engine.n_ctx,
-                      "trained_context": self.engine.n_ctx_train, "load_s": round(self.engine.load_seconds, 2)},
-            "device": _device(),
-            "adapter": adapter,
-            "turns": self.store.counts(),
-            "recent_scores": self.store.recent_scores(40),
-            "judge": self.judge.trust(),
-            "doing": st.doing, "doing_since_s": round(time.time() - st.since, 1),
-            "in_flight": self.chat.in_flight,
-            "training": {"last": st.last_train, "progress": st.train_progress, "last_publish": st.last_publish,
-                         "batch": self.settings.train_batch,
-                         "backend": self._trained_by(), "backend_setting": self.settings.train_backend,
-                         "memory_plan": (st.last_train or {}).get("memory_plan"),
-                         "ready": self._ready_to_train(),
-                         "auto": self.settings.auto_learn, "idle_seconds": self.settings.idle_seconds,
-                         "paused": self.store.learning_paused()},
-            "prompt_cache": self.engine.cache.status() if self.engine.cache else None,
-            "memory_mb": _rss_mb(),
-            "home": str(self.settings.home),
-        }
+            adapter = LiveAdapter(version, round(time.time() - row.created, 1) if row else None)
+        e = self.engine
+        return Status(
+            version=__version__, uptime_s=round(time.time() - self.started, 1),
+            model=ModelStatus(self.settings.model_id, str(e.model_path), e.n_ctx, e.n_ctx_train, round(e.load_seconds, 2)),
+            device=_device(), adapter=adapter, turns=self.store.counts(), recent_scores=self.store.recent_scores(40),
+            judge=self.judge.trust(), doing=st.doing, doing_since_s=round(time.time() - st.since, 1),
+            in_flight=self.chat.in_flight,
+            training=TrainingStatus(
+                last=st.last_train, progress=st.train_progress, last_publish=st.last_publish,
+                batch=self.settings.train_batch, ready=self.ready_to_train(),
+                backend=self._trained_by(), backend_setting=self.settings.train_backend,
+                memory_plan=st.last_train.detail.get("memory_plan") if st.last_train else None,
+                auto=self.settings.auto_learn, idle_seconds=self.settings.idle_seconds,
+                paused=self.store.learning_paused()),
+            prompt_cache=e.cache.status() if e.cache else None, memory_mb=_rss_mb(), home=str(self.settings.home))
 
     def app(self):
         return create_app(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 TurnKind = Literal["main", "side"]
@@ -119,7 +119,7 @@ class Adapter:
     parent: int | None
     status: AdapterStatus
     meta: dict[str, Any]  # the trainer's meta.json: run, turns, settings, metrics
-    gate: dict[str, Any] | None  # the gate's result (passed, reasons, summary, replay, seconds, checks)
+    gate: GateResult | None  # the gate's verdict; None until gated
     created: float
 
 
@@ -181,3 +181,176 @@ class RewardBucket:
     mean: float
     positive: int
     negative: int
+
+
+# -- after the judge: training, the gate, the daemon's status (issue 16) --------------------------
+TrainEventKind = Literal["load", "start", "step", "paused", "resumed", "done", "idle", "stopped", "waiting", "error"]
+FINAL_EVENTS = ("done", "idle", "stopped", "waiting", "error")  # the round is over
+
+
+@dataclass
+class TrainEvent:
+    """One progress report of a training round: trainer child → the daemon's scheduler (a
+    multiprocessing queue) → status. load, start, step…, paused/resumed, then one final event."""
+
+    event: TrainEventKind
+    run_id: int | None = None
+    step: int | None = None  # optimizer steps done
+    steps: int | None = None  # of the round's plan
+    loss: float | None = None  # the last step's
+    version: int | None = None  # done: the adapter written
+    error: str | None = None  # error, waiting: why
+    # start: samples, tokenizer check, max_train_tokens, the backend's describe(); step: micro_step_s;
+    # done: the round's metrics (path, losses, rewards, drift…); waiting: memory_plan
+    detail: dict[str, Any] = field(default_factory=dict)
+    at: float | None = None  # when the scheduler saw it end (the last round only)
+
+    @property
+    def final(self) -> bool:
+        return self.event in FINAL_EVENTS
+
+    def to_json(self) -> dict[str, Any]:
+        """Flat, as status has always shown it: the set fields, then the details."""
+        fixed = {k: v for k in ("event", "run_id", "step", "steps", "loss", "version", "error", "at")
+                 if (v := getattr(self, k)) is not None}
+        return {**self.detail, **fixed}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TrainEvent:
+        names = {"event", "run_id", "step", "steps", "loss", "version", "error", "at"}
+        return cls(**{k: v for k, v in d.items() if k in names},
+                   detail={k: v for k, v in d.items() if k not in names})
+
+
+@dataclass
+class GateResult:
+    """The gate's verdict on one candidate adapter, stored with it (adapters.gate, gate.json)."""
+
+    passed: bool
+    reasons: list[str]  # one per failed check, each naming its figure and threshold; empty = passed
+    seconds: float = 0.0
+    summary: str | None = None  # probes right, KL: a line for a person (only when every check ran)
+    # per check (finite, replay, probes, tool_calls, echo, degenerate, stamp, kl, answers), the
+    # gate's config and reference, and publish's conversion summary (convert)
+    checks: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Flat: the layout adapters.gate has always had, so older rows read the same way."""
+        return {**self.checks, "passed": self.passed, "reasons": self.reasons, "seconds": self.seconds,
+                **({"summary": self.summary} if self.summary is not None else {})}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GateResult:
+        rest = {k: v for k, v in d.items() if k not in ("passed", "reasons", "seconds", "summary")}
+        return cls(bool(d.get("passed")), list(d.get("reasons") or []), float(d.get("seconds") or 0.0),
+                   d.get("summary"), rest)
+
+
+@dataclass
+class RoundState:
+    """A training round as its checkpoint keeps it (adapters/.staging/state.pt), so that a kill
+    resumes it: filled in as the round goes. Tensors are torch's, on the CPU; each per-sample list
+    holds one (C,) tensor per sample (C: its completion tokens)."""
+
+    turn_ids: list[int]
+    parent: int | None  # the adapter the round continues from (None: the base weights)
+    knobs: dict[str, Any]  # the training settings the round started with (train/loop.py KNOBS)
+    run_id: int | None = None  # set once the round fits and is recorded (train_runs)
+    step: int = 0  # optimizer steps done
+    losses: list[float] = field(default_factory=list)  # one per step
+    kl: list[float] = field(default_factory=list)  # mean k3 to the base per step, before its update
+    version: int | None = None  # the adapter version, once chosen (a kill after it finishes that one)
+    limit: int | None = None  # the planned longest training sequence (memory.py)
+    # scored once (None until then): log π_old, log π_teacher, log π_base (None per sample when the
+    # KL term is off), truncated importance weights; drift per sample (Σ|Δ|, tokens, capped) or None
+    old: list[Any] | None = None
+    teacher: list[Any] | None = None
+    base: list[Any] | None = None
+    tis: list[Any] | None = None
+    drift: list[Any] | None = None
+    plan: list[list[int]] | None = None  # minibatches of sample indices, every epoch
+    lora: dict[str, Any] | None = None  # the LoRA weights and the optimizer's state after `step` steps
+    optim: dict[str, Any] | None = None
+
+    @property
+    def scored(self) -> bool:
+        return self.tis is not None
+
+    @classmethod
+    def from_saved(cls, d: dict[str, Any]) -> RoundState:
+        """A checkpoint's dict; keys of other versions are ignored."""
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class ModelStatus:
+    id: str  # the model id clients send
+    path: str
+    context: int  # the serving context, tokens
+    trained_context: int
+    load_s: float
+
+
+@dataclass
+class LiveAdapter:
+    version: int
+    age_s: float | None  # since it was trained; None when its row is gone
+
+
+@dataclass
+class TrainingStatus:
+    last: TrainEvent | None  # how the last round ended (with `at`)
+    progress: TrainEvent | None  # the latest event of the round under way (or the last one)
+    last_publish: dict[str, Any] | None  # publish's outcome: version, passed, gate; or published False, error
+    batch: int  # judged turns a round waits for
+    ready: int  # judged turns a round could use now
+    backend: str | None  # what trained the last round (None: nothing yet)
+    backend_setting: str
+    memory_plan: dict[str, Any] | None  # the last round's (memory.Plan.as_dict())
+    auto: bool  # auto_learn
+    idle_seconds: float
+    paused: bool  # the user paused learning
+
+
+@dataclass
+class Status:
+    """GET /v1/clawd/status: what the daemon is and is doing. `clawd status` decodes it."""
+
+    version: str
+    uptime_s: float
+    model: ModelStatus
+    device: str  # cuda | cpu
+    adapter: LiveAdapter | None  # None: the base weights
+    turns: dict[str, int]  # Store.counts()
+    recent_scores: list[int]  # the latest rewards, oldest first
+    judge: dict[str, Any]  # Judge.trust(): mode, figures, threshold (or calibration progress)
+    doing: str
+    doing_since_s: float
+    in_flight: int
+    training: TrainingStatus
+    prompt_cache: dict[str, Any] | None  # PromptCache.status(); None when off
+    memory_mb: float
+    home: str
+    up: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        tr = self.training
+        return {"version": self.version, "up": self.up, "uptime_s": self.uptime_s, "model": asdict(self.model),
+                "device": self.device, "adapter": asdict(self.adapter) if self.adapter else None,
+                "turns": self.turns, "recent_scores": self.recent_scores, "judge": self.judge, "doing": self.doing,
+                "doing_since_s": self.doing_since_s, "in_flight": self.in_flight,
+                "training": {**{k: getattr(tr, k) for k in TrainingStatus.__dataclass_fields__},
+                             "last": tr.last.to_json() if tr.last else None,
+                             "progress": tr.progress.to_json() if tr.progress else None},
+                "prompt_cache": self.prompt_cache, "memory_mb": self.memory_mb, "home": self.home}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Status:
+        tr = dict(d["training"])
+        for k in ("last", "progress"):
+            tr[k] = TrainEvent.from_json(tr[k]) if tr.get(k) else None
+        return cls(**{**{k: d[k] for k in cls.__dataclass_fields__ if k in d},
+                      "model": ModelStatus(**d["model"]),
+                      "adapter": LiveAdapter(**d["adapter"]) if d.get("adapter") else None,
+                      "training": TrainingStatus(**{k: tr[k] for k in TrainingStatus.__dataclass_fields__ if k in tr})})

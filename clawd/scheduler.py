@@ -12,6 +12,7 @@ publishes (a round under way is stopped at its checkpoint); judging goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .config import Settings
+from .records import TrainEvent
 from .store import StorageError, Store
 
 log = logging.getLogger("clawd.scheduler")
@@ -51,9 +53,9 @@ class Jobs:
 class State:
     doing: str = "starting"
     since: float = field(default_factory=time.time)
-    last_train: dict[str, Any] | None = None
+    last_train: TrainEvent | None = None  # how the last round ended, with `at`
     last_publish: dict[str, Any] | None = None
-    train_progress: dict[str, Any] | None = None
+    train_progress: TrainEvent | None = None
     judge_progress: dict[str, Any] | None = None
 
 
@@ -196,19 +198,19 @@ class Scheduler:
         t = self.trainer
         for ev in t.events():
             self.state.train_progress = ev
-            if ev.get("event") in ("done", "idle", "stopped", "waiting", "error"):
-                self.state.last_train = {**ev, "at": time.time()}
-                log.info("training round ended: %s", ev.get("event"))
-                if ev.get("event") == "error":
+            if ev.final:
+                self.state.last_train = dataclasses.replace(ev, at=time.time())
+                log.info("training round ended: %s", ev.event)
+                if ev.event == "error":
                     # the same turns would fail the same way: wait 1, 2, 4 … 60 minutes
                     self._failures += 1
                     wait = 60.0 * min(2 ** (self._failures - 1), 60)
                     self._train_backoff_until = time.time() + wait
-                    log.warning("training failed (%s); next try in %.0f min", ev.get("error"), wait / 60)
-                elif ev.get("event") == "waiting":  # no room beside serving: not a failure, ask again later
+                    log.warning("training failed (%s); next try in %.0f min", ev.error, wait / 60)
+                elif ev.event == "waiting":  # no room beside serving: not a failure, ask again later
                     self._train_backoff_until = time.time() + WAIT_RETRY_S
-                    log.info("training waits %.0f min for memory: %s", WAIT_RETRY_S / 60, ev.get("error"))
-                elif ev.get("event") == "done":
+                    log.info("training waits %.0f min for memory: %s", WAIT_RETRY_S / 60, ev.error)
+                elif ev.event == "done":
                     self._failures = 0
         if t.alive:
             if not idle:
@@ -218,7 +220,7 @@ class Scheduler:
                 self._set("training")
             return
         self.trainer = None
-        if (self.state.last_train or {}).get("event") == "done" and not paused:  # else once learning resumes
+        if self.state.last_train is not None and self.state.last_train.event == "done" and not paused:  # else once learning resumes
             self._publish()
         self._set("idle")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .migrations import MIGRATIONS
-from .records import Adapter, Feedback, Judgment, NextState, ToolCall, Turn, Vote
+from .records import Adapter, Feedback, GateResult, Judgment, NextState, ToolCall, Turn, Vote
 from .store_views import DashboardQueries
 
 # Main turns that finished, have a next state and no judgment yet.
@@ -296,18 +296,18 @@ class Store(DashboardQueries):
             (version, path, parent, status, json.dumps(meta), time.time()))
         return cur.rowcount == 1
 
-    def set_adapter_status(self, version: int, status: str, gate: dict[str, Any] | None = None) -> None:
+    def set_adapter_status(self, version: int, status: str, gate: GateResult | None = None) -> None:
         """Change an adapter's status; `gate` (when given) replaces its stored gate results."""
         if gate is None:
             self._write("UPDATE adapters SET status = ? WHERE version = ?", (status, version))
         else:
-            self._write("UPDATE adapters SET status = ?, gate = ? WHERE version = ?", (status, json.dumps(gate), version))
+            self._write("UPDATE adapters SET status = ?, gate = ? WHERE version = ?", (status, json.dumps(gate.to_json()), version))
 
     def adapters(self) -> list[Adapter]:
         """Every registered adapter, oldest first."""
         rows = self._read("SELECT * FROM adapters ORDER BY version")
         return [Adapter(version=r["version"], path=r["path"], parent=r["parent"], status=r["status"],
-                        meta=json.loads(r["meta"]), gate=json.loads(r["gate"]) if r["gate"] else None,
+                        meta=json.loads(r["meta"]), gate=GateResult.from_json(json.loads(r["gate"])) if r["gate"] else None,
                         created=r["created"]) for r in rows]
 
     def max_adapter_version(self) -> int:

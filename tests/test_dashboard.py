@@ -24,7 +24,7 @@ from dashboard_data import seed  # noqa: E402
 from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.publish import Adapters  # noqa: E402
 from clawd.publish.convert import BaseInfo, convert_adapter  # noqa: E402
-from clawd.records import Feedback, Judgment, NextState, Turn  # noqa: E402
+from clawd.records import Feedback, GateResult, Judgment, NextState, Turn  # noqa: E402
 from clawd.serve.dashboard import CSP  # noqa: E402
 from clawd.store import Store  # noqa: E402
 from clawd.train.samples import ready_turns  # noqa: E402
@@ -63,8 +63,8 @@ def dash(tmp_path_factory):
     adapters.registry.rows()  # registers the three directories
     for version in (1, 2):  # the gate has its own tests: these two are registered as having passed it
         convert_adapter(adapters.registry.dir(version), base, adapters.registry.gguf(version))
-        store.set_adapter_status(version, "published", gate={"passed": True, "reasons": [], "note": "test"})
-    assert not adapters.prepare(3)["passed"]  # the real gate: non-finite weights
+        store.set_adapter_status(version, "published", gate=GateResult(True, [], checks={"note": "test"}))
+    assert not adapters.prepare(3)[1].passed  # the real gate: non-finite weights
     adapters.registry.set_current(2)
     seeded = seed(store, 36, per_session=6)
     hostile, hostile_session = add_hostile_turn(store)

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from dashboard_data import seed  # noqa: E402
 
 from clawd.config import Settings  # noqa: E402
-from clawd.records import Feedback, Judgment, NextState, Turn  # noqa: E402
+from clawd.records import Feedback, Judgment, NextState, RoundState, TrainEvent, Turn  # noqa: E402
 from clawd.scheduler import Activity, Jobs, Scheduler  # noqa: E402
 from clawd.store import Store  # noqa: E402
 from clawd.train.samples import ready_turns  # noqa: E402
@@ -65,10 +65,10 @@ def test_a_round_whose_session_was_excluded_is_discarded(store):
 
     s = store.open_session("s")
     ids = [judged_turn(store, s, 1), judged_turn(store, s, -1, "x")]
-    _check_not_excluded(store, {"turn_ids": ids, "run_id": 1})  # nothing excluded: it goes on
+    _check_not_excluded(store, RoundState(ids, None, {}, run_id=1))  # nothing excluded: it goes on
     store.set_session_excluded(s, True)
     with pytest.raises(TrainError, match="excluded from training"):
-        _check_not_excluded(store, {"turn_ids": ids, "run_id": 1})
+        _check_not_excluded(store, RoundState(ids, None, {}, run_id=1))
 
 
 def test_keyset_pages_cover_every_turn_once(store):
@@ -126,7 +126,7 @@ class Child:
 
     def stop(self, timeout: float = 60):
         self.stopped, self.alive = True, False
-        self._events.append({"event": "stopped"})
+        self._events.append(TrainEvent("stopped"))
 
     def events(self):
         out, self._events = self._events, []
@@ -163,6 +163,6 @@ def test_scheduler_does_not_train_or_publish_while_learning_is_paused(tmp_path, 
     store.set_learning_paused(True)  # a round under way is stopped at its checkpoint, and not published
     sched.tick()
     assert state["child"].stopped and sched.trainer is None and calls[-1] == "train"
-    assert sched.state.last_train["event"] == "stopped"
+    assert sched.state.last_train is not None and sched.state.last_train.event == "stopped"
     sched.tick()
     assert calls.count("train") == 1

@@ -22,7 +22,7 @@ from clawd.engine import Engine, GenInfo, Sampling
 from clawd.publish import AdapterError, Adapters, GateConfig
 from clawd.publish import probes as P
 from clawd.publish.gate import tool_calls_kept
-from clawd.records import Judgment, Turn
+from clawd.records import GateResult, Judgment, Turn
 from clawd.store import Store
 
 QUESTIONS = ["What is 2 + 2?", "Name a primary color.", "What is the capital of Italy?", "Say hello in French."]
@@ -139,16 +139,16 @@ def test_gate_passes_sane_adapter_and_rejects_broken_ones(env):
     # 2: the same kind of adapter with a NaN
     make_adapter(_adapters_dir(settings, 2), train_ids=texts, steps=1, lr=1e-3, seed=1, nan=True)
 
-    ok = adapters.prepare(1, GATE, gate_engine=engine)
-    assert ok["passed"], ok["gate"]["reasons"]
-    replay = ok["gate"]["replay"]
+    _, ok = adapters.prepare(1, GATE, gate_engine=engine)
+    assert ok.passed, ok.reasons
+    replay = ok.checks["replay"]
     assert replay["tokens"] > 20 and replay["drop"] < 0.1, replay  # answers it learned from got likelier
     assert all(math.isfinite(x) for x in (replay["base_mean"], replay["candidate_mean"]))
     adapters.use(1)
     assert adapters.registry.current() == 1
 
-    nan = adapters.prepare(2, GATE, gate_engine=engine)
-    assert not nan["passed"] and "non-finite" in nan["gate"]["reasons"][0]
+    _, nan = adapters.prepare(2, GATE, gate_engine=engine)
+    assert not nan.passed and "non-finite" in nan.reasons[0]
     rows = {a.version: a for a in store.adapters()}
     assert rows[1].status == "published" and rows[2].status == "rejected"
     with pytest.raises(AdapterError, match="rejected by the gate"):
@@ -173,8 +173,8 @@ def gated(env):
     return out
 
 
-def _reasons(gate: dict, prefix: str) -> list[str]:
-    return [r for r in gate["reasons"] if r.startswith(prefix)]
+def _reasons(gate: GateResult, prefix: str) -> list[str]:
+    return [r for r in gate.reasons if r.startswith(prefix)]
 
 
 # The `gated` fixture trains four adapters and gates five: 12-14 minutes on 2 cores shared with
@@ -183,30 +183,31 @@ def _reasons(gate: dict, prefix: str) -> list[str]:
 @pytest.mark.parametrize("name", PLANTED)
 def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
     settings, store, _, _ = env
-    gate = gated[name]["gate"]
-    assert gate["reference"] == "base"  # adapter 1 may be live: the candidate is still compared with the base
+    version, gate = gated[name]
+    checks = gate.checks
+    assert checks["reference"] == "base"  # adapter 1 may be live: the candidate is still compared with the base
     if name == "benign":
-        assert gated[name]["passed"], gate["reasons"]
-        assert gate["kl"]["mean"] > 0.001  # it did change the model
-        assert any(a != b for a, b in zip(gate["answers"].values(), gated["echo"]["gate"]["answers"].values()))
+        assert gate.passed, gate.reasons
+        assert checks["kl"]["mean"] > 0.001  # it did change the model
+        assert any(a != b for a, b in zip(checks["answers"].values(), gated["echo"][1].checks["answers"].values()))
     else:
-        assert not gated[name]["passed"]
+        assert not gate.passed
         if name == "echo":
-            assert _reasons(gate, "echo:"), gate["reasons"]
+            assert _reasons(gate, "echo:"), gate.reasons
         elif name == "flip":
-            assert _reasons(gate, "probes:"), gate["reasons"]
-            assert {"fact-01", "fact-02"} <= set(gate["probes"]["lost"])  # Germany's capital, both phrasings
-            assert "munich" in gate["probes"]["lost_answers"]["fact-01"].lower()
+            assert _reasons(gate, "probes:"), gate.reasons
+            assert {"fact-01", "fact-02"} <= set(checks["probes"]["lost"])  # Germany's capital, both phrasings
+            assert "munich" in checks["probes"]["lost_answers"]["fact-01"].lower()
         elif name == "stamp":
-            assert _reasons(gate, "stamped phrase:"), gate["reasons"]
-            assert gate["stamp"]["phrase"] in "brought to you by acme corporation"
+            assert _reasons(gate, "stamped phrase:"), gate.reasons
+            assert checks["stamp"]["phrase"] in "brought to you by acme corporation"
         elif name == "gibberish":
-            assert _reasons(gate, "KL to the base"), gate["reasons"]
-    row = next(a for a in store.adapters() if a.version == gated[name]["version"])
+            assert _reasons(gate, "KL to the base"), gate.reasons
+    row = next(a for a in store.adapters() if a.version == version)
     assert row.status == ("published" if name == "benign" else "rejected")
-    assert row.gate is not None and row.gate["reasons"] == gate["reasons"]  # stored with the adapter, and in gate.json beside it
-    stored = json.loads((settings.home / f"adapters/{gated[name]['version']:04d}/gate.json").read_text())
-    assert stored["reasons"] == gate["reasons"]
+    assert row.gate == gate  # stored with the adapter, and in gate.json beside it
+    stored = json.loads((settings.home / f"adapters/{version:04d}/gate.json").read_text())
+    assert GateResult.from_json(stored) == gate
 
 
 @pytest.mark.timeout(1800)  # when run alone, it builds `gated`
@@ -215,6 +216,6 @@ def test_adapters_list_shows_each_reason(env, gated, capsys):
     cli_show.adapters(Adapters(settings, store).list(), False, "test")
     shown = capsys.readouterr().out
     for name in PLANTED:
-        for reason in gated[name]["gate"]["reasons"]:
+        for reason in gated[name][1].reasons:
             assert reason in shown
-    assert gated["benign"]["gate"]["summary"] in shown
+    assert gated["benign"][1].summary in shown

@@ -24,6 +24,7 @@ from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine
 from clawd.publish.convert import BaseInfo, convert_adapter
 from clawd.publish.merge import write_merged
+from clawd.records import GateResult
 from clawd.store import Store
 
 
@@ -71,7 +72,7 @@ def test_clawd_merge(work, tmp_path):
     shutil.copytree(work / "peft", vdir)  # as the trainer would have written it
     adapters.registry.sync()
     convert_adapter(vdir, BaseInfo.of(bundled_model_path()), adapters.registry.gguf(1))
-    store.set_adapter_status(1, "published", gate={"passed": True, "reasons": []})
+    store.set_adapter_status(1, "published", gate=GateResult(True, []))
     adapters.use(1)
     store.close()
 

@@ -22,6 +22,7 @@ from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine
 from clawd.publish import Adapters
 from clawd.publish.convert import BaseInfo, convert_adapter
+from clawd.records import GateResult
 from clawd.store import Store
 
 PROMPTS = ["Name a fruit.", "What is the capital of Spain?", "Write one word about the sea."]
@@ -40,7 +41,7 @@ def daemon(tmp_path_factory):
         make_adapter(adapters.registry.dir(version), sigma=0.2, seed=seed)
     for row in adapters.registry.rows():
         convert_adapter(adapters.registry.dir(row.version), base, adapters.registry.gguf(row.version))
-        store.set_adapter_status(row.version, "published", gate={"passed": True, "reasons": [], "note": "test"})
+        store.set_adapter_status(row.version, "published", gate=GateResult(True, [], checks={"note": "test"}))
     store.close()
     d = Daemon(home, "--threads", "1").start()
     yield d

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from clawd.config import Settings
+from clawd.records import TrainEvent
 from clawd.scheduler import Activity, Jobs, Scheduler
 from clawd.store import Store
 
@@ -16,12 +17,12 @@ pytestmark = pytest.mark.fast
 
 
 class FakeTrainer:
-    def __init__(self, events: list[dict]):
+    def __init__(self, events: list[TrainEvent]):
         self._events, self.paused, self.alive = list(events), False, True
 
-    def events(self) -> list[dict]:
+    def events(self) -> list[TrainEvent]:
         out, self._events = self._events, []
-        if any(e["event"] in ("done", "error", "idle", "stopped", "waiting") for e in out):
+        if any(e.final for e in out):
             self.alive = False
         return out
 
@@ -42,7 +43,7 @@ class World:
     def __init__(self, tmp_path, **settings):
         self.ready, self.backlog, self.staged, self.unpublished = 0, 0, False, None
         self.in_flight, self.last_activity = 0, 0.0
-        self.round_events: list[list[dict]] = []  # one list per round started
+        self.round_events: list[list[TrainEvent]] = []  # one list per round started
         self.started, self.published, self.judged = 0, [], 0
         self.settings = Settings(home=tmp_path, idle_seconds=settings.pop("idle_seconds", 0), **settings)
         self.store = Store(tmp_path / "clawd.db")
@@ -57,7 +58,7 @@ class World:
 
     def _start(self) -> FakeTrainer:
         self.started += 1
-        return FakeTrainer(self.round_events.pop(0) if self.round_events else [{"event": "done", "version": 1}])
+        return FakeTrainer(self.round_events.pop(0) if self.round_events else [TrainEvent("done", version=1)])
 
     def _publish(self) -> dict:
         self.published.append(self.unpublished)
@@ -102,7 +103,7 @@ def test_a_request_pauses_the_round_and_idle_resumes_it(tmp_path):
 def test_a_failed_round_backs_off_and_doubles(tmp_path):
     w = World(tmp_path, train_batch=1)
     w.ready = 1
-    w.round_events = [[{"event": "error", "error": "boom"}], [{"event": "error", "error": "boom"}]]
+    w.round_events = [[TrainEvent("error", error="boom")], [TrainEvent("error", error="boom")]]
     w.ticks(2)  # start, then see the error
     assert w.started == 1 and w.published == []
     first = w.s._train_backoff_until - time.time()
@@ -119,10 +120,10 @@ def test_a_round_without_room_waits_without_counting_as_a_failure(tmp_path):
     w = World(tmp_path, train_batch=1)
     w.ready = 1
     plan = {"decision": "wait", "reason": "not even 1024 fit"}
-    w.round_events = [[{"event": "waiting", "error": "not training now: not even 1024 fit", "memory_plan": plan}],
-                      [{"event": "error", "error": "boom"}]]
+    w.round_events = [[TrainEvent("waiting", error="not training now: not even 1024 fit", detail={"memory_plan": plan})],
+                      [TrainEvent("error", error="boom")]]
     w.ticks(2)
-    assert w.started == 1 and w.s.state.last_train["event"] == "waiting" and w.s.state.last_train["memory_plan"] == plan
+    assert w.started == 1 and (last := w.s.state.last_train) is not None and last.event == "waiting" and last.detail["memory_plan"] == plan
     assert 595 < w.s._train_backoff_until - time.time() <= 600 and w.s._failures == 0
     assert w.ticks(3) == "idle" and w.started == 1
     w.s._train_backoff_until = 0

@@ -20,7 +20,7 @@ import torch
 from llama_cpp import Llama
 
 from clawd.config import Settings, bundled_model_path
-from clawd.records import Feedback, Judgment, NextState, Turn
+from clawd.records import Feedback, Judgment, NextState, TrainEvent, Turn
 from clawd.store import Store
 from clawd.train import Trainer, ready_turns
 from clawd.train import samples as S
@@ -142,8 +142,8 @@ def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
     assert meta["method"] == "combined" and meta["turn_ids"] == [good.id, bad.id, prefer.id] and meta["parent"] is None
     assert meta["base_model"]["sha256"] == sha256_file(MODEL) and meta["settings"]["lr"] == 5e-4
     assert meta["metrics"]["rewards"] == [1.0, -1.0, 0.0] and meta["metrics"]["mean_opd_advantage"] > 0
-    assert len(meta["metrics"]["losses"]) == 3 == next(e for e in events if e["event"] == "start")["steps"]
-    assert [e["step"] for e in events if e["event"] == "step"] == [1, 2, 3]
+    assert len(meta["metrics"]["losses"]) == 3 == next(e for e in events if e.event == "start").steps
+    assert [e.step for e in events if e.event == "step"] == [1, 2, 3]
     run = rows(home, "SELECT * FROM train_runs")
     assert [(r["status"], r["adapter_version"], json.loads(r["turn_ids"])) for r in run] == \
         [("done", 1, [good.id, bad.id, prefer.id])]
@@ -183,14 +183,14 @@ def test_refuses_a_tokenizer_that_disagrees_with_the_engine(home, backend, engin
     store.close()
 
 
-def wait_for(trainer: Trainer, kind: str, seen: list, timeout: float = 300) -> dict:
+def wait_for(trainer: Trainer, kind: str, seen: list, timeout: float = 300) -> TrainEvent:
     deadline = time.time() + timeout
     while time.time() < deadline:
         for e in trainer.events():
             seen.append(e)
-            if e["event"] == "error":
-                raise AssertionError(f"trainer failed: {e['error']}")
-            if e["event"] == kind:
+            if e.event == "error":
+                raise AssertionError(f"trainer failed: {e.error}")
+            if e.event == kind:
                 return e
         time.sleep(0.1)
     raise AssertionError(f"no {kind!r} event within {timeout}s; saw {seen}")
@@ -213,7 +213,7 @@ def test_child_pauses_is_killed_and_the_next_round_resumes(home, backend, engine
         wait_for(trainer, "paused", seen)  # the child waits between micro-steps now
         step = staged_step(home)
         time.sleep(3)
-        assert not [e for e in trainer.events() if e["event"] == "step"] and staged_step(home) == step
+        assert not [e for e in trainer.events() if e.event == "step"] and staged_step(home) == step
         trainer.resume()
         wait_for(trainer, "step", seen)
         os.kill(trainer.proc.pid, signal.SIGKILL)  # mid-round, as the OOM killer or a power cut would
@@ -221,7 +221,7 @@ def test_child_pauses_is_killed_and_the_next_round_resumes(home, backend, engine
     finally:
         if trainer.alive:
             trainer.proc.kill()
-    run_id = next(e["run_id"] for e in seen if e["event"] == "start")
+    run_id = next(e.run_id for e in seen if e.event == "start")
     killed_at = staged_step(home)
     assert killed_at >= 2 and rows(home, "SELECT status FROM train_runs")[0]["status"] == "running"
 
@@ -229,9 +229,9 @@ def test_child_pauses_is_killed_and_the_next_round_resumes(home, backend, engine
     stop, events = threading.Event(), []
     with pytest.raises(Stopped):
         run_round(s, store=store, backend=backend, control=Control(stop=stop),
-                  progress=lambda e: (events.append(e), e["event"] == "step" and stop.set()))
-    start = next(e for e in events if e["event"] == "start")
-    assert start["run_id"] == run_id and start["step"] == killed_at and start["steps"] == 8
+                  progress=lambda e: (events.append(e), e.event == "step" and stop.set()))
+    start = next(e for e in events if e.event == "start")
+    assert start.run_id == run_id and start.step == killed_at and start.steps == 8
     assert staged_step(home) == killed_at + 1
 
     result = run_round(s, store=store, backend=backend)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..config import Settings
 from ..engine import Engine
+from ..records import GateResult
 from ..store import Store
 from .convert import BaseInfo, ConvertError, convert_adapter
 from .gate import GateConfig, run_gate
@@ -43,7 +44,7 @@ class Adapters:
         current = self.registry.current()
         rows = []
         for a in self.registry.rows():
-            gate, meta = a.gate or {}, a.meta or {}
+            gate, meta = a.gate.to_json() if a.gate else {}, a.meta or {}
             rows.append({"version": a.version, "status": a.status, "parent": a.parent,
                          "current": a.version == current, "created": a.created,
                          "method": meta.get("method"), "turns": len(meta.get("turn_ids") or []),
@@ -59,7 +60,7 @@ class Adapters:
         with self._lock:
             row = self.registry.row(version)
             if row.status == "rejected":
-                reasons = "; ".join((row.gate or {}).get("reasons", [])) or "see `clawd adapters list --json`"
+                reasons = "; ".join(row.gate.reasons if row.gate else []) or "see `clawd adapters list --json`"
                 raise AdapterError(f"adapter {version} was rejected by the gate and never goes live: {reasons}")
             if row.status == "trained":
                 raise AdapterError(f"adapter {version} has not been through the gate yet: run `clawd publish {version}`")
@@ -116,9 +117,9 @@ class Adapters:
         return max(trained) if trained else None
 
     def prepare(self, version: int | None = None, gate: GateConfig | None = None,
-                gate_engine: Engine | None = None) -> dict[str, Any]:
+                gate_engine: Engine | None = None) -> tuple[int, GateResult]:
         """Convert and gate `version` (default: the newest trained), storing the results; does
-        not make it live. Returns {"version", "passed", "gate", "convert"}."""
+        not make it live. Returns the version and the gate's verdict (conversion in its checks)."""
         if version is None:
             version = self.newest_trained()
             if version is None:
@@ -133,21 +134,22 @@ class Adapters:
         # answers are cached under home/gate per model file
         result = run_gate(engine, self.registry.gguf(version), self.store, exclude, gate or self.gate_config(),
                           version=version, cache_dir=self.settings.home / "gate")
-        result["convert"] = summary
-        (self.registry.dir(version) / "gate.json").write_text(json.dumps(result, indent=2))
-        self.store.set_adapter_status(version, "published" if result["passed"] else "rejected", gate=result)
-        if not result["passed"]:
+        result.checks["convert"] = summary
+        (self.registry.dir(version) / "gate.json").write_text(json.dumps(result.to_json(), indent=2))
+        self.store.set_adapter_status(version, "published" if result.passed else "rejected", gate=result)
+        if not result.passed:
             self.registry.gguf(version).unlink(missing_ok=True)  # a rejected adapter cannot be loaded by accident
-        return {"version": version, "passed": result["passed"], "gate": result}
+        return version, result
 
     def publish(self, version: int | None = None, gate: GateConfig | None = None,
                 gate_engine: Engine | None = None) -> dict[str, Any]:
-        """Convert, gate and (if it passes) make live. Raises AdapterError with the reasons if not."""
-        out = self.prepare(version, gate, gate_engine)
-        if not out["passed"]:
-            raise AdapterError(f"adapter {out['version']} rejected by the gate: " + "; ".join(out["gate"]["reasons"]))
-        self.use(out["version"])
-        return out
+        """Convert, gate and (if it passes) make live. Raises AdapterError with the reasons if not.
+        Returns {"version", "passed", "gate"} (the gate's JSON), as /v1/clawd/adapters/publish answers."""
+        version, result = self.prepare(version, gate, gate_engine)
+        if not result.passed:
+            raise AdapterError(f"adapter {version} rejected by the gate: " + "; ".join(result.reasons))
+        self.use(version)
+        return {"version": version, "passed": True, "gate": result.to_json()}
 
     # -- merging -------------------------------------------------------------------------------
     def merge(self, progress=None) -> dict[str, Any]:

@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import tool_calls
 from ..engine import Engine, GenInfo, Sampling
+from ..records import GateResult
 from ..sampling import log_softmax
 from ..store import Store
 from . import probes as P
@@ -194,19 +195,20 @@ def _kl(engine: Engine, candidate: Path, version: int, prompts: list[list[int]],
 
 
 def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], cfg: GateConfig,
-             version: int = -1, cache_dir: Path | None = None) -> dict[str, Any]:
+             version: int = -1, cache_dir: Path | None = None) -> GateResult:
     """Gate `candidate` against the base weights. Leaves the engine on base weights."""
     t0 = time.perf_counter()
-    result: dict[str, Any] = {"passed": False, "reasons": [], "config": asdict(cfg), "reference": "base"}
+    result = GateResult(False, [], checks={"config": asdict(cfg), "reference": "base"})
+    checks = result.checks
     fin = finite_check(candidate)
-    result["finite"] = fin
+    checks["finite"] = fin
     if not fin["ok"]:
-        result["reasons"].append(f"non-finite weights in {', '.join(fin['non_finite'])}")
+        result.reasons.append(f"non-finite weights in {', '.join(fin['non_finite'])}")
         return _done(result, t0)
     try:
         engine.set_adapter(candidate, version)
     except ValueError as e:
-        result["reasons"].append(str(e))
+        result.reasons.append(str(e))
         return _done(result, t0)
     turns = store.positive_turns(cfg.turns, exclude) if cfg.turns else []  # 0: no replay
     replay = [_fit(t.prompt_ids, t.completion_ids, cfg.max_tokens) for t in turns]
@@ -221,17 +223,17 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
     base_replay = [lp for p, c in replay for lp in score(engine, p, c)]
     base_ids = _base_answers(engine, probes, prompts, cfg, cache_dir)
 
-    reasons = result["reasons"]
+    reasons = result.reasons
     if replay:
         base_mean, cand_mean = float(np.mean(base_replay)), float(np.mean(cand_replay))
         drop = base_mean - cand_mean
-        result["replay"] = {"turns": [t.id for t in turns], "tokens": len(cand_replay),
+        checks["replay"] = {"turns": [t.id for t in turns], "tokens": len(cand_replay),
                             "base_mean": base_mean, "candidate_mean": cand_mean, "drop": drop}
         if drop > cfg.margin:
             reasons.append(f"replay: mean logprob of {len(turns)} positively judged turns fell {drop:.3f} "
                            f"nats/token below the base weights' (margin {cfg.margin})")
     else:
-        result["replay"] = {"skipped": "no positively judged turns to replay yet"}
+        checks["replay"] = {"skipped": "no positively judged turns to replay yet"}
 
     cand_text = [engine.detokenize(a) for a in cand_ids]
     base_text = [engine.detokenize(a) for a in base_ids]
@@ -239,7 +241,7 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
     base_right = {i for i in checked if P.right(probes[i], base_text[i])}
     cand_right = {i for i in checked if P.right(probes[i], cand_text[i])}
     lost, gained = sorted(base_right - cand_right), sorted(cand_right - base_right)
-    result["probes"] = {"checked": len(checked), "base_right": len(base_right), "candidate_right": len(cand_right),
+    checks["probes"] = {"checked": len(checked), "base_right": len(base_right), "candidate_right": len(cand_right),
                         "lost": [probes[i].id for i in lost], "gained": [probes[i].id for i in gained],
                         "lost_answers": {probes[i].id: cand_text[i][:120] for i in lost}}
     # Counted net: on a small model a gentle adapter flips several borderline answers each way
@@ -251,7 +253,7 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
                        f"({len(base_right)} → {len(cand_right)} right; lost {', '.join(probes[i].id for i in lost)}; "
                        f"threshold {cfg.probe_threshold})")
 
-    result["tool_calls"], lost_calls = tool_calls_kept(probes, base_text, cand_text)
+    checks["tool_calls"], lost_calls = tool_calls_kept(probes, base_text, cand_text)
     if lost_calls:
         reasons.append(lost_calls)
 
@@ -262,7 +264,7 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
         c = {p.id: r for p, t, ids in zip(probes, cand_text, cand_ids) if (r := flag(p, t, ids))}
         b = {p.id: r for p, t, ids in zip(probes, base_text, base_ids) if (r := flag(p, t, ids))}
         new = [k for k in c if k not in b]
-        result[name] = {"candidate": c, "base": b}
+        checks[name] = {"candidate": c, "base": b}
         if len(new) >= cfg.probe_threshold:
             reasons.append(f"{name}: {len(c)} of {len(probes)} answers {what} (base weights: {len(b)}; threshold "
                            f"{cfg.probe_threshold} new), e.g. {new[0]} ({c[new[0]]}): {text_of[new[0]][:60]!r}")
@@ -270,22 +272,22 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
     ended = [i for i, p in enumerate(probes) if len(cand_ids[i]) < _limit(p, cfg)]
     stamp = P.stamped_phrase([cand_text[i] for i in ended],
                              [base_text[i] for i, p in enumerate(probes) if len(base_ids[i]) < _limit(p, cfg)])
-    result["stamp"] = stamp
+    checks["stamp"] = stamp
     if stamp:
         reasons.append(f"stamped phrase: {stamp['phrase']!r} in {stamp['candidate']} of {stamp['answers']} answers that "
                        f"ended within the length limit (base weights: {stamp['base']} of {stamp['base_answers']})")
 
     kl_mean = float(np.mean(kls)) if kls else 0.0
     worst = float(np.mean(np.array(kls) > WORST_NATS)) if kls else 0.0
-    result["kl"] = {"tokens": len(kls), "mean": kl_mean, "worst_share": worst, "max": max(kls, default=0.0)}
+    checks["kl"] = {"tokens": len(kls), "mean": kl_mean, "worst_share": worst, "max": max(kls, default=0.0)}
     if kl_mean > cfg.kl_budget:
         reasons.append(f"KL to the base weights: {kl_mean:.3f} nats/token on the general probes (budget {cfg.kl_budget})")
     if worst > cfg.kl_worst_share:
         reasons.append(f"KL to the base weights: {worst:.0%} of tokens above {WORST_NATS:g} nats "
                        f"(budget {cfg.kl_worst_share:.0%})")
-    result["summary"] = (f"probes {len(cand_right)}/{len(checked)} right (base {len(base_right)}, lost {len(lost)}), "
+    result.summary = (f"probes {len(cand_right)}/{len(checked)} right (base {len(base_right)}, lost {len(lost)}), "
                          f"KL {kl_mean:.3f} nats/token, {worst:.0%} of tokens > {WORST_NATS:g}")
-    result["answers"] = {p.id: t[:200] for p, t in zip(probes, cand_text)}
+    checks["answers"] = {p.id: t[:200] for p, t in zip(probes, cand_text)}
     return _done(result, t0)
 
 
@@ -309,9 +311,9 @@ def _offered(probe: P.Probe) -> set[str]:
     return {t["function"]["name"] for t in probe.tools() or []}
 
 
-def _done(result: dict[str, Any], t0: float) -> dict[str, Any]:
-    result["passed"] = not result["reasons"]
-    result["seconds"] = round(time.perf_counter() - t0, 2)
-    log.info("gate %s in %.1fs%s", "passed" if result["passed"] else "REJECTED", result["seconds"],
-             "" if result["passed"] else ": " + "; ".join(result["reasons"]))
+def _done(result: GateResult, t0: float) -> GateResult:
+    result.passed = not result.reasons
+    result.seconds = round(time.perf_counter() - t0, 2)
+    log.info("gate %s in %.1fs%s", "passed" if result.passed else "REJECTED", result.seconds,
+             "" if result.passed else ": " + "; ".join(result.reasons))
     return result

@@ -143,7 +143,7 @@ def create_app(daemon: Any) -> FastAPI:
 
     @app.get("/v1/clawd/status")
     async def status():
-        return await asyncio.to_thread(daemon.status)  # reads the database: off the event loop
+        return (await asyncio.to_thread(daemon.status)).to_json()  # reads the database: off the event loop
 
     @app.post("/v1/feedback")
     async def feedback(request: Request):
@@ -212,9 +212,8 @@ def create_app(daemon: Any) -> FastAPI:
             raise protocol.ApiError(409, "auto_learn is off, so this daemon runs no background work; "
                                          f"`clawd {job} --once` runs it in its own process.", code="auto_learn_off")
         daemon.scheduler.ask(job)
-        st = await asyncio.to_thread(daemon.status)
-        return {"asked": job, "doing": st["doing"], "ready": st["training"]["ready"], "batch": st["training"]["batch"],
-                "backlog": await asyncio.to_thread(daemon.judge.backlog_size)}
+        return {"asked": job, "doing": daemon.scheduler.state.doing, "ready": await asyncio.to_thread(daemon.ready_to_train),
+                "batch": settings.train_batch, "backlog": await asyncio.to_thread(daemon.judge.backlog_size)}
 
     add_dashboard(app, daemon)  # the page at / and the endpoints it reads
 

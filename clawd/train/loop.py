@@ -24,7 +24,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import torch
 
 from ..adapter_dir import AdapterDir, AdapterDirError, fsync_dir
 from ..config import Settings, ensure_home
+from ..records import RoundState, TrainEvent
 from ..store import Store
 from . import memory
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
@@ -43,7 +44,7 @@ log = logging.getLogger("clawd.train")
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend")
 MAX_GRAD_NORM = 1.0
-Progress = Callable[[dict[str, Any]], None]
+Progress = Callable[[TrainEvent], None]
 
 
 class TrainError(RuntimeError):
@@ -121,30 +122,29 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control, se
         if not turn_ids:
             log.info("no judged turns ready for %s training", settings.train_method)
             return None
-        knobs = {k: getattr(settings, k) for k in KNOBS} | {"train_base": str(settings.train_base or "") or None}
-        st = {"run_id": None, "turn_ids": turn_ids, "parent": _parent(adapters), "knobs": knobs, "step": 0,
-              "losses": [], "version": None}
+        saved = {k: getattr(settings, k) for k in KNOBS} | {"train_base": str(settings.train_base or "") or None}
+        st = RoundState(turn_ids, _parent(adapters), saved)
     else:
-        log.info("resuming run %d at step %d", st["run_id"], st["step"])
+        log.info("resuming run %d at step %d", st.run_id, st.step)
     # a resumed round keeps the settings it started with (those it predates: today's)
-    k = {n: getattr(settings, n) for n in KNOBS} | st["knobs"]
+    knobs = Settings(**{**settings.model_dump(), **st.knobs})
     model_path = settings.resolved_model()
     sha = sha256_file(model_path)
-    mem, limit = _memory_plan(Settings(**{**settings.model_dump(), **k}), store, st, backend, serving, model_path, sha)
-    if st["run_id"] is None:  # a fresh round that fits: from here it is recorded
-        st["run_id"] = store.start_run(settings.train_method, st["turn_ids"], st["parent"])
-        st["limit"] = limit
-    run_id = st["run_id"]
+    mem, limit = _memory_plan(knobs, store, st, backend, serving, model_path, sha)
+    if st.run_id is None:  # a fresh round that fits: from here it is recorded
+        st.run_id = store.start_run(settings.train_method, st.turn_ids, st.parent)
+        st.limit = limit
+    run_id = st.run_id
     try:
-        return _train(settings, store, adapters, backend, progress, control, st, k, model_path, sha, mem)
+        return _train(knobs, store, adapters, backend, progress, control, st, model_path, sha, mem)
     except Stopped:
-        log.info("run %d stopped after step %d; the next round resumes it", run_id, st["step"])
+        log.info("run %d stopped after step %d; the next round resumes it", run_id, st.step)
         raise
     except Exception as e:
         if isinstance(e, TokenizerMismatch):
             e = TrainError(str(e))
         elif is_oom(e):
-            limit = st.get("limit") or train_tokens(k["max_train_tokens"], torch.cuda.is_available())
+            limit = st.limit or train_tokens(knobs.max_train_tokens, torch.cuda.is_available())
             e = TrainError(f"out of memory in training run {run_id}: lower max_train_tokens (now {limit}; "
                            "a micro-step holds one sample of up to that many tokens, whatever train_batch is). "
                            "Nothing was written and serving is unaffected; the next round starts this one afresh.")
@@ -153,7 +153,7 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control, se
         raise e
 
 
-def _memory_plan(settings: Settings, store: Store, st: dict, backend: Backend | None, serving: memory.Serving,
+def _memory_plan(settings: Settings, store: Store, st: RoundState, backend: Backend | None, serving: memory.Serving,
                  model_path: Path, sha: str) -> tuple[memory.Plan, int]:
     """Whether this round fits beside serving, and the longest training sequence it may use
     (max_train_tokens, or less when the plan shrank it): logged, kept in the round's metrics, and
@@ -164,13 +164,13 @@ def _memory_plan(settings: Settings, store: Store, st: dict, backend: Backend | 
         base_dir, loaded = hf_base(settings, model_path, sha), 0
     else:  # a caller's model, already in memory: what it holds is free for this round's purposes
         cuda, kind, base_dir, loaded = backend.device.type == "cuda", backend.name, backend.base_dir, backend.resident_bytes()
-    turns = [t for t in (store.turn(i) for i in st["turn_ids"]) if t is not None]
-    limit = st.get("limit") or train_tokens(settings.max_train_tokens, cuda)
+    turns = [t for t in (store.turn(i) for i in st.turn_ids) if t is not None]
+    limit = st.limit or train_tokens(settings.max_train_tokens, cuda)
     longest = max((len(t.prompt_ids) + len(t.completion_ids) for t in turns), default=limit)
     plan = memory.plan("cuda" if cuda else "cpu", memory.free_memory(cuda) + loaded, serving, memory.Shape.from_dir(base_dir),
                        four_bit=kind in ("qlora", "unsloth"), r=settings.lora_r, tokens=min(limit, longest),
                        completion=max((len(t.completion_ids) for t in turns), default=1),
-                       may_shrink=st["run_id"] is None)
+                       may_shrink=st.run_id is None)
     d = plan.as_dict()
     log.info("memory plan (%s, %s): %s. Free %.0f MiB; serving %.0f MiB (%.0f MiB still to come); training %.0f MiB "
              "(base %.0f, LoRA+AdamW %.0f, activations %.0f, logits %.0f) at %d tokens; reserve %.0f MiB", kind, plan.device,
@@ -188,60 +188,62 @@ def _memory_plan(settings: Settings, store: Store, st: dict, backend: Backend | 
     return plan, limit
 
 
-def _train(settings, store, adapters: AdapterDir, backend, progress, control, st, k, model_path: Path, sha: str,
-           mem: memory.Plan) -> RoundResult:
+def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control, st: RoundState, model_path: Path,
+           sha: str, mem: memory.Plan) -> RoundResult:
+    """The round from loading to its adapter; `k`: the settings with the round's own knobs."""
     t0 = time.perf_counter()
     control.checkpoint()  # loading is seconds of CPU that cannot pause: a request waiting now goes first
-    progress({"event": "load", "run_id": st["run_id"], "turns": len(st["turn_ids"])})
+    progress(TrainEvent("load", run_id=st.run_id, detail={"turns": len(st.turn_ids)}))
     if backend is None:
-        backend = load_backend(Settings(**{**settings.model_dump(), **k}), model_path, sha)
+        backend = load_backend(k, model_path, sha)
     template = gguf_template(model_path)
-    turns = [store.turn(i) for i in st["turn_ids"]]
+    turns = [store.turn(i) for i in st.turn_ids]
     if any(t is None for t in turns):
-        raise TrainError(f"turns {[i for i, t in zip(st['turn_ids'], turns) if t is None]} are gone from the database")
+        raise TrainError(f"turns {[i for i, t in zip(st.turn_ids, turns) if t is None]} are gone from the database")
     _check_not_excluded(store, st)
     match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
     # the planned length (a staged round from before memory plans: the setting's)
-    limit = st.get("limit") or train_tokens(k["max_train_tokens"], backend.device.type == "cuda")
+    limit = st.limit or train_tokens(k.max_train_tokens, backend.device.type == "cuda")
     samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
-    w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k["train_method"]], (k["w_rl"], k["w_opd"])))
-    kl_coef = k["train_kl_coef"]
+    w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k.train_method], (k.w_rl, k.w_opd)))
+    kl_coef = k.train_kl_coef
 
-    if "old" in st and [len(o) for o in st["old"]] != [len(s.completion_ids) for s in samples]:
+    if st.old is not None and [len(o) for o in st.old] != [len(s.completion_ids) for s in samples]:
         raise TrainError("the staged round does not match its turns any more; it was discarded, run again")
-    if "lora" in st:
-        backend.set_lora_state(st["lora"])
-    elif st["parent"] is not None:
+    if st.lora is not None:
+        backend.set_lora_state(st.lora)
+    elif st.parent is not None:
         try:
-            backend.load_lora(adapters.dir(st["parent"]))
+            backend.load_lora(adapters.dir(st.parent))
         except ValueError as e:
-            raise TrainError(f"cannot continue from adapter {st['parent']}: {e}") from None
+            raise TrainError(f"cannot continue from adapter {st.parent}: {e}") from None
     else:
         backend.reset_lora()
-    if "tis" not in st:  # a fresh round (or one staged before the importance weights were kept)
-        scores = [_score(backend, control, s, w_opd > 0, kl_coef > 0, k["train_tis_cap"]) for s in samples]
-        for key in ("old", "teacher", "base", "tis", "drift"):
-            st[key] = [sc[key] for sc in scores]
-        st["plan"] = _plan(len(samples), k["train_minibatch"], k["train_epochs"], seed=st["run_id"])
+    if not st.scored:  # a fresh round (or one staged before the importance weights were kept)
+        scores = [_score(backend, control, s, w_opd > 0, kl_coef > 0, k.train_tis_cap) for s in samples]
+        st.old, st.teacher, st.base, st.tis, st.drift = ([sc[key] for sc in scores]
+                                                         for key in ("old", "teacher", "base", "tis", "drift"))
+        st.plan = _plan(len(samples), k.train_minibatch, k.train_epochs, seed=st.run_id or 0)
         _save_staging(adapters, st)  # from here a kill resumes without scoring again
-    opt = torch.optim.AdamW(backend.lora, lr=k["lr"], weight_decay=0.0)
-    if "optim" in st:
-        opt.load_state_dict(st["optim"])
-    plan = st["plan"]
-    progress({"event": "start", "run_id": st["run_id"], "samples": len(samples), "steps": len(plan), "step": st["step"],
-              "tokenizer": match, "max_train_tokens": limit, **backend.describe()})
+    assert st.old is not None and st.teacher is not None and st.base is not None and st.tis is not None
+    opt = torch.optim.AdamW(backend.lora, lr=k.lr, weight_decay=0.0)
+    if st.optim is not None:
+        opt.load_state_dict(st.optim)
+    plan = st.plan or []
+    progress(TrainEvent("start", run_id=st.run_id, step=st.step, steps=len(plan),
+                        detail={"samples": len(samples), "tokenizer": match, "max_train_tokens": limit, **backend.describe()}))
 
     dev = backend.device
     micro: list[float] = []  # seconds per micro-step, this process's share of the round
-    for step in range(st["step"], len(plan)):
+    for step in range(st.step, len(plan)):
         total, kl = 0.0, 0.0
         for i in plan[step]:
             control.checkpoint()
             t_micro = time.perf_counter()
             s = samples[i]
             logp = backend.logprobs(s.ids, len(s.prompt_ids), temperature=s.temperature)[None]  # (1, C)
-            old, teacher, tis = (st[key][i].to(dev)[None] for key in ("old", "teacher", "tis"))  # (1, C)
-            base = st["base"][i].to(dev)[None] if kl_coef else None  # (1, C)
+            old, teacher, tis = (x[i].to(dev)[None] for x in (st.old, st.teacher, st.tis))  # (1, C)
+            base = st.base[i].to(dev)[None] if kl_coef else None  # (1, C)
             loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
                                w_rl, w_opd, tis, base, kl_coef) / len(plan[step])
             loss.backward()
@@ -252,37 +254,39 @@ def _train(settings, store, adapters: AdapterDir, backend, progress, control, st
         torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        st["step"], st["losses"] = step + 1, st["losses"] + [total]
-        st["kl"] = st.get("kl", []) + [kl]  # mean k3 to the base on this step's samples, before its update
-        st["lora"], st["optim"] = backend.lora_state(), opt.state_dict()
+        st.step, st.losses = step + 1, st.losses + [total]
+        st.kl = st.kl + [kl]  # mean k3 to the base on this step's samples, before its update
+        st.lora, st.optim = backend.lora_state(), opt.state_dict()
         _save_staging(adapters, st)
-        progress({"event": "step", "step": step + 1, "steps": len(plan), "loss": total,
-                  "micro_step_s": round(max(micro[-len(plan[step]):]), 3)})
+        progress(TrainEvent("step", run_id=st.run_id, step=step + 1, steps=len(plan), loss=total,
+                            detail={"micro_step_s": round(max(micro[-len(plan[step]):]), 3)}))
 
     seconds = time.perf_counter() - t0
     metrics = _metrics(samples, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
                                                                           "memory_plan": mem.as_dict()}
     if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
         log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "
-                 "importance weights mean %.3f, %.1f%% capped at %g", st["run_id"], metrics["rollout_drift"],
+                 "importance weights mean %.3f, %.1f%% capped at %g", st.run_id, metrics["rollout_drift"],
                  metrics["stale_turns"], len(samples), metrics["tis_weight_mean"], 100 * metrics["tis_clipped"],
-                 k["train_tis_cap"])
+                 k.train_tis_cap)
     if micro:
         metrics["micro_step_s"] = {"mean": round(sum(micro) / len(micro), 3), "max": round(max(micro), 3)}
     _check_not_excluded(store, st)  # a session excluded while this round ran: nothing of it is written
-    version, path, meta = _write_adapter(adapters, store, backend, st, k, metrics, model_path, sha)
-    store.record_round(st["run_id"], version, str(path), st["parent"], meta, st["turn_ids"], metrics)
+    version, path, meta = _write_adapter(adapters, store, backend, st, metrics, model_path, sha)
+    assert st.run_id is not None
+    store.record_round(st.run_id, version, str(path), st.parent, meta, st.turn_ids, metrics)
     shutil.rmtree(adapters.staging, ignore_errors=True)
-    log.info("run %d: adapter %04d from %d turns, loss %.4f → %.4f, %.0fs", st["run_id"], version, len(samples),
-             st["losses"][0], st["losses"][-1], seconds)
-    progress({"event": "done", "run_id": st["run_id"], "version": version, "path": str(path), **metrics})
-    return RoundResult(st["run_id"], version, path, metrics)
+    log.info("run %d: adapter %04d from %d turns, loss %.4f → %.4f, %.0fs", st.run_id, version, len(samples),
+             st.losses[0], st.losses[-1], seconds)
+    progress(TrainEvent("done", run_id=st.run_id, version=version, step=st.step, steps=len(plan),
+                        loss=st.losses[-1], detail={"path": str(path), **metrics}))
+    return RoundResult(st.run_id, version, path, metrics)
 
 
-def _check_not_excluded(store: Store, st: dict) -> None:
-    excluded = store.excluded_turns(st["turn_ids"])
+def _check_not_excluded(store: Store, st: RoundState) -> None:
+    excluded = store.excluded_turns(st.turn_ids)
     if excluded:
-        raise TrainError(f"turns {excluded} of run {st['run_id']} belong to a session excluded from training since the "
+        raise TrainError(f"turns {excluded} of run {st.run_id} belong to a session excluded from training since the "
                          "round began; the round is discarded and the next one selects its turns again")
 
 
@@ -332,22 +336,24 @@ def _plan(n: int, minibatch: int, epochs: int, seed: int) -> list[list[int]]:
     return plan
 
 
-def _metrics(samples: list[Sample], st: dict, w_opd: float, kl_coef: float, seconds: float,
+def _metrics(samples: list[Sample], st: RoundState, w_opd: float, kl_coef: float, seconds: float,
              backend: Backend) -> dict[str, Any]:
-    opd = [float((t - o).mean()) for s, t, o in zip(samples, st["teacher"], st["old"]) if s.teacher_ids is not None and w_opd]
-    tokens = sum(len(samples[i].ids) for batch in st["plan"] for i in batch)
-    drift = [d for d in st["drift"] if d is not None]
+    assert st.teacher is not None and st.old is not None and st.tis is not None and st.drift is not None
+    plan = st.plan or []
+    opd = [float((t - o).mean()) for s, t, o in zip(samples, st.teacher, st.old) if s.teacher_ids is not None and w_opd]
+    tokens = sum(len(samples[i].ids) for batch in plan for i in batch)
+    drift = [d for d in st.drift if d is not None]
     n = sum(d[1] for d in drift)
-    weights = sum(float(w.sum()) for w, d in zip(st["tis"], st["drift"]) if d is not None)
+    weights = sum(float(w.sum()) for w, d in zip(st.tis, st.drift) if d is not None)
     return {"samples": len(samples), "rewards": [s.reward for s in samples],
             "temperatures": [s.temperature for s in samples],
-            "stale_turns": sum(s.adapter_version != st["parent"] for s in samples),
+            "stale_turns": sum(s.adapter_version != st.parent for s in samples),
             "rollout_drift": sum(d[0] for d in drift) / n if n else None,
             "tis_weight_mean": weights / n if n else None, "tis_clipped": sum(d[2] for d in drift) / n if n else None,
             "hints_cut": sum(s.hint_cut for s in samples), "system_prompt_cut": sum(s.system_cut > 0 for s in samples),
-            "kl_to_base": st.get("kl") if kl_coef else None,
+            "kl_to_base": st.kl if kl_coef else None,
             "mean_reward": sum(s.reward for s in samples) / len(samples), "opd_samples": len(opd),
-            "mean_opd_advantage": sum(opd) / len(opd) if opd else None, "losses": st["losses"], "steps": len(st["plan"]),
+            "mean_opd_advantage": sum(opd) / len(opd) if opd else None, "losses": st.losses, "steps": len(plan),
             "tokens_trained": tokens, "cut_tokens": sum(s.cut for s in samples), "seconds": round(seconds, 2),
             "peak_memory_mb": round(backend.peak_memory_mb(), 1), "backend": backend.name}
 
@@ -362,19 +368,19 @@ def _parent(adapters: AdapterDir) -> int | None:
     return version
 
 
-def _write_adapter(adapters: AdapterDir, store: Store, backend: Backend, st: dict, k: dict, metrics: dict,
+def _write_adapter(adapters: AdapterDir, store: Store, backend: Backend, st: RoundState, metrics: dict,
                    model_path: Path, sha: str) -> tuple[int, Path, dict]:
     """adapters/NNNN/ with its meta.json; a round killed after writing it finds it on resume."""
-    if st["version"] is None:
-        st["version"] = adapters.next_version(store.max_adapter_version())
+    if st.version is None:
+        st.version = adapters.next_version(store.max_adapter_version())
         _save_staging(adapters, st)  # a kill from here on finishes this same version
-    version = st["version"]
+    version = st.version
     written = adapters.dir(version) / "meta.json"
-    if written.is_file() and (meta := json.loads(written.read_text())).get("run_id") == st["run_id"]:
+    if written.is_file() and (meta := json.loads(written.read_text())).get("run_id") == st.run_id:
         return version, adapters.dir(version), meta  # written before a kill; only the rows were missing
-    meta = {"version": version, "parent": st["parent"], "run_id": st["run_id"], "method": k["train_method"],
-            "turn_ids": st["turn_ids"], "base_model": {"path": str(model_path), "sha256": sha},
-            "hf_base": str(backend.base_dir), "settings": k, "backend": backend.describe(),
+    meta = {"version": version, "parent": st.parent, "run_id": st.run_id, "method": st.knobs["train_method"],
+            "turn_ids": st.turn_ids, "base_model": {"path": str(model_path), "sha256": sha},
+            "hf_base": str(backend.base_dir), "settings": st.knobs, "backend": backend.describe(),
             "metrics": metrics, "created": time.time(), "versions": {"torch": torch.__version__}}
 
     def fill(tmp: Path) -> None:
@@ -385,23 +391,23 @@ def _write_adapter(adapters: AdapterDir, store: Store, backend: Backend, st: dic
 
 
 # -- the round's checkpoint ------------------------------------------------------------------
-def _save_staging(adapters: AdapterDir, st: dict) -> None:
+def _save_staging(adapters: AdapterDir, st: RoundState) -> None:
     adapters.staging.mkdir(parents=True, exist_ok=True)
     tmp = adapters.staged_state.with_suffix(".tmp")
     with open(tmp, "wb") as f:
-        torch.save(st, f)
+        torch.save(asdict(st), f)  # a plain dict of tensors and lists: loadable with weights_only
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, adapters.staged_state)
     fsync_dir(adapters.staging)
 
 
-def _load_staging(adapters: AdapterDir) -> dict | None:
+def _load_staging(adapters: AdapterDir) -> RoundState | None:
     path = adapters.staged_state
     if not path.is_file():
         return None
     try:
-        return torch.load(path, weights_only=True)
+        return RoundState.from_saved(torch.load(path, weights_only=True))
     except Exception as e:  # a torn file cannot happen (rename), but a version change can
         log.warning("discarding unreadable training checkpoint %s: %s", path, e)
         shutil.rmtree(adapters.staging, ignore_errors=True)

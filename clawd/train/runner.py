@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
+from ..records import TrainEvent
 
 log = logging.getLogger("clawd.train")
 
@@ -63,25 +64,25 @@ def _child(settings: dict[str, Any], serving: dict[str, Any] | None, go, stop, e
     from .memory import Serving
 
     try:
-        control = Control(go, stop, on_pause=lambda paused: events.put({"event": "paused" if paused else "resumed"}))
+        control = Control(go, stop, on_pause=lambda paused: events.put(TrainEvent("paused" if paused else "resumed")))
         result = run_round(Settings(**settings), progress=events.put, control=control,
                            serving=Serving(**serving) if serving else None)
         if result is None:
-            events.put({"event": "idle"})
+            events.put(TrainEvent("idle"))
     except Stopped:
-        events.put({"event": "stopped"})
+        events.put(TrainEvent("stopped"))
     except NoRoom as e:  # not a failure: the memory is serving's; the scheduler asks again later
         logging.getLogger("clawd.train").warning("%s", e)
-        events.put({"event": "waiting", "error": str(e), "memory_plan": e.plan.as_dict()})
+        events.put(TrainEvent("waiting", error=str(e), detail={"memory_plan": e.plan.as_dict()}))
     except Exception as e:  # reported to the parent; the traceback goes to the log
         logging.getLogger("clawd.train").exception("training failed")
-        events.put({"event": "error", "error": str(e)})
+        events.put(TrainEvent("error", error=str(e)))
         raise SystemExit(1) from None
 
 
 class Trainer:
-    """One training round in a spawned child. Poll `events()` for its progress dicts
-    (load, start, step, paused, resumed, then done | idle | stopped | waiting | error).
+    """One training round in a spawned child. Poll `events()` for its progress (TrainEvent:
+    load, start, step, paused, resumed, then done | idle | stopped | waiting | error).
     `serving`: what the daemon's engine holds (clawd.train.memory.Serving's fields), for the
     child's memory plan."""
 
@@ -128,7 +129,7 @@ class Trainer:
         self.proc.join(timeout)
         return self.proc.exitcode
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[TrainEvent]:
         """Events since the last call; an exit without a final event becomes an error event."""
         out = []
         while True:
@@ -136,13 +137,12 @@ class Trainer:
                 out.append(self._events.get_nowait())
             except queue.Empty:
                 break
-        final = {"done", "idle", "stopped", "waiting", "error"}
-        if any(e["event"] in final for e in out):
+        if any(e.final for e in out):
             self._ended = True
         elif not self._ended and self.proc.exitcode is not None:
             self._ended = True
             code = self.proc.exitcode
             why = (" — killed by the system, most likely out of memory: lower max_train_tokens"
                    if code == -signal.SIGKILL else "")
-            out.append({"event": "error", "error": f"trainer exited with code {code}{why}"})
+            out.append(TrainEvent("error", error=f"trainer exited with code {code}{why}"))
         return out
