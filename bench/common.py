@@ -104,8 +104,8 @@ class Daemon:
 
     The environment is the caller's with CLAWD_HOME set to `home`, then `env`; without
     `keep_clawd_env` the caller's own CLAWD_* variables are left out (a bench measures the daemon's
-    defaults, not the user's settings). This checkout goes first on PYTHONPATH, so the daemon runs the
-    clawd the harness itself imports. The log (default `home`/../daemon-PORT.log) is appended to, one
+    defaults, not the user's settings). This checkout goes first on PYTHONPATH: the daemon runs this
+    checkout's clawd wherever the caller runs from. The log (default `home`/../daemon-PORT.log) is appended to, one
     file across restarts. `new_session`: the daemon in a session of its own, out of the terminal's
     process group, so that a Ctrl-C reaches only the caller, which stops the daemon itself (the
     benches); without it a Ctrl-C stops the daemon with the caller (the tests: an interrupted run
