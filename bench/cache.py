@@ -28,17 +28,14 @@ import argparse
 import ctypes
 import json
 import os
-import signal
-import sqlite3
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from common import free_port, start_server, stop, write_result
+from common import Daemon, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "openclaw"
@@ -135,43 +132,34 @@ class Session:
 
 
 class Side:
-    """One daemon (a `clawd serve` subprocess on its own home) and what it answered."""
+    """One daemon (the harness's `clawd serve` on its own home, log tmp/NAME.log, in a session of its
+    own) and what it answered."""
 
     def __init__(self, name: str, tmp: Path, args: argparse.Namespace, cache_mb: int | None):
-        self.name, self.args, self.home = name, args, tmp / name
-        self.flags = [*(["--prompt-cache-mb", str(cache_mb)] if cache_mb is not None else [])]
+        self.name, home = name, tmp / name
+        self.daemon = Daemon(home, "--home", str(home), "--model", str(args.model), "--ctx", str(args.ctx),
+                             "--threads", str(args.threads), "--auto-learn", "false",
+                             *(["--prompt-cache-mb", str(cache_mb)] if cache_mb is not None else []),
+                             log=tmp / f"{name}.log", new_session=True)
         self.sessions: dict[str, Session] = {}
-        self.proc: subprocess.Popen | None = None
         self.client = httpx.Client(timeout=3600)
 
     def start(self) -> None:
-        self.port = free_port()
-        a = self.args
-        self.proc = start_server([sys.executable, "-m", "clawd", "serve", "--port", str(self.port), "--home", str(self.home),
-                                  "--model", str(a.model), "--ctx", str(a.ctx), "--threads", str(a.threads),
-                                  "--auto-learn", "false", *self.flags], self.port, self.home.parent / f"{self.name}.log",
-                                 os.environ | {"CLAWD_HOME": str(self.home)})
+        self.daemon.start()
 
     def stop(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)  # a graceful stop: the cache side writes its states to disk
-        try:
-            self.proc.wait(300)
-        except subprocess.TimeoutExpired:
-            stop(self.proc)
+        self.daemon.stop(timeout=300)  # a graceful stop: the cache side writes its states to disk
 
     def status(self) -> dict:
-        return self.client.get(f"http://127.0.0.1:{self.port}/v1/clawd/status").json()
+        return self.client.get(self.daemon.url + "/v1/clawd/status").json()
 
     def ask(self, body: dict) -> tuple[dict, dict]:
-        r = self.client.post(f"http://127.0.0.1:{self.port}/v1/chat/completions", json=body)
+        r = self.client.post(self.daemon.url + "/v1/chat/completions", json=body)
         if r.status_code != 200:
             raise RuntimeError(f"{self.name}: HTTP {r.status_code}: {r.text[:500]}")
         out = r.json()
-        with sqlite3.connect(f"file:{self.home / 'clawd.db'}?mode=ro", uri=True) as db:
-            prompt, completion, timings = db.execute(
-                "SELECT prompt_ids, completion_ids, timings FROM turns WHERE completion_id = ?", (out["id"],)).fetchone()
-        t = json.loads(timings)
+        row = self.daemon.turn(out["id"])
+        prompt, completion, t = row["prompt_ids"], row["completion_ids"], json.loads(row["timings"])
         cache = self.status()["prompt_cache"] or {}
         rec = {"prompt_tokens": t["prompt_tokens"], "evaluated": t["evaluated_prompt_tokens"], "cached": t["cached_tokens"],
                "cached_from": t.get("cached_from"), "ttft_s": t["first_token_s"], "tok_s": t.get("tokens_per_s"),
@@ -326,8 +314,7 @@ def main() -> None:
         cases = play(sides, args, cold=sides[1])
     finally:
         for side in sides:
-            if side.proc is not None:
-                stop(side.proc)
+            side.daemon.stop()
     results["cases"] = [{k: ({kk: vv for kk, vv in v.items() if kk not in ("prompt_ids", "completion_ids")} | {
         "completion_ids": v["completion_ids"]} if isinstance(v, dict) and "prompt_tokens" in v else v)
         for k, v in row.items() if not k.endswith("_body")} for row in cases]

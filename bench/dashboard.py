@@ -16,7 +16,6 @@ polls, is reported beside them. Results go to bench/out/dashboard.json.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import free_port, start_server, stop, write_result  # noqa: E402
+from common import Daemon, write_result  # noqa: E402
 from dashboard_data import seed  # noqa: E402
 
 from clawd.store import Store  # noqa: E402
@@ -106,12 +105,10 @@ def main() -> None:
     size_mb = db.stat().st_size / 2**20
     print(f"built {args.turns} turns in {len(info['sessions'])} sessions ({size_mb:.0f} MB) in {time.time() - t0:.0f}s")
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "CLAWD_HOME": str(home)}
     # idle_seconds high: the scheduler must not start judging the seeded turns in the middle
-    proc = start_server([sys.executable, "-m", "clawd", "serve", "--port", str(port), "--threads", str(args.threads),
-                         "--idle-seconds", "86400"], port, home.parent / "daemon.log", env=env)
+    d = Daemon(home, "--threads", str(args.threads), "--idle-seconds", "86400", log=home.parent / "daemon.log",
+               new_session=True).start()
+    url = d.url
     results: dict = {"turns": args.turns, "sessions": len(info["sessions"]), "db_mb": round(size_mb, 1),
                      "requests": args.requests, "target_p95_ms": TARGET_MS, "idle": {}, "busy": {}}
     try:
@@ -133,7 +130,7 @@ def main() -> None:
             results["busy_generation"] = {"seconds": round(busy_s, 1), "tokens_streamed": streamed,
                                           "errors": gen.errors}
     finally:
-        stop(proc)
+        d.stop()
 
     print(f"\n{'endpoint':<30}{'idle p50':>10}{'p95':>8}{'busy p50':>11}{'p95':>8}"
           f"  (ms; {args.requests} requests each)")

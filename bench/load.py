@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import free_port, start_server, stop, write_result
+from common import Daemon, write_result
 
 from clawd.client import IncompleteStream, sse_events
 
@@ -80,11 +79,9 @@ def main() -> None:
     a = ap.parse_args()
     model = a.model or bundled_model_path()
     tmp = Path(tempfile.mkdtemp(prefix="clawd-load-"))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = start_server([sys.executable, "-m", "clawd", "serve", "--home", str(tmp / "home"), "--port", str(port),
-                         "--model", str(model), "--threads", str(a.threads)], port, tmp / "clawd.log",
-                        os.environ | {"CLAWD_HOME": str(tmp / "home")})
+    d = Daemon(tmp / "home", "--home", str(tmp / "home"), "--model", str(model), "--threads", str(a.threads),
+               log=tmp / "clawd.log", new_session=True).start()
+    url = d.url
     print(f"{a.clients} streaming clients for {a.minutes} min on {Path(model).name}; daemon log {tmp / 'clawd.log'}",
           flush=True)
     results: list[dict] = []
@@ -108,7 +105,7 @@ def main() -> None:
         t.start()
     with httpx.Client(timeout=30) as hc:
         while any(t.is_alive() for t in threads):
-            mem.append((time.time() - t0, rss_mb(proc.pid)))
+            mem.append((time.time() - t0, rss_mb(d.proc.pid)))
             h0 = time.perf_counter()
             try:
                 hc.get(url + "/health")
@@ -132,7 +129,7 @@ def main() -> None:
                 t.join()
     with httpx.Client(timeout=120) as c:  # no deadlock: the daemon still answers at once
         after = one(c, url, random.Random(7), 8)
-    stop(proc)
+    d.stop()
 
     outcomes: dict[str, int] = {}
     for r in results:

@@ -27,7 +27,7 @@ every curve's point at 0 feedback turns. At the end, the judge's verdicts are re
 database and compared with the simulator's truth.
 
 Results: bench/out/personalize.json (every answer) and .png; bench/results/personalize-SCENARIO-
-METHOD-seedN-Tturns.json, one summary per run, to commit.
+METHOD-seedN-Tturns.json, one summary per run, to commit (personalize_report.py writes and prints them).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import os
 import random
 import shlex
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -46,13 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import free_port, start_server, stop
-from openai import OpenAI
+from common import Daemon as ClawdServe
 from personalize_probes import PROBES
-from personalize_scenarios import SCENARIOS, SYSTEM, THANKS, Scenario, grade_heldout, non_answer, probe_right, react
+from personalize_report import RESULTS, ROOT, plot, point_text, print_summary, write_summaries
+from personalize_scenarios import SCENARIOS, SYSTEM, Scenario, grade_heldout, non_answer, probe_right, react
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 METHODS = ("rl", "opd", "combined")
 # When the scheduler looks, not how it learns: start as soon as the simulated user pauses instead of
 # after 30 s of quiet, or a run would spend most of its time waiting.
@@ -118,28 +115,26 @@ def _save(result: dict, out: Path, seconds: float) -> None:
 
 
 # -- one daemon, one method ---------------------------------------------------------------------
-class Daemon:
+class Daemon(ClawdServe):
+    """`clawd serve` on a fresh home with one training method and the bench's loop flags, in a
+    session of its own, without the user's CLAWD_* variables (the daemon also reads them and
+    $CLAWD_HOME/config.json: keep the user's out); its log is home/daemon.out."""
+
     def __init__(self, method: str, args: argparse.Namespace, home: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        flags = ["--home", str(home), "--port", str(self.port),
-                 "--train-method", method, *LOOP_FLAGS, *(["--model", args.model] if args.model else []),
+        flags = ["--home", str(home), "--train-method", method, *LOOP_FLAGS,
+                 *(["--model", args.model] if args.model else []),
                  *(["--threads", str(args.threads)] if args.threads else []), *shlex.split(args.daemon_args)]
-        cmd = [sys.executable, "-m", "clawd", "serve", *flags]
-        # The daemon also reads $CLAWD_HOME/config.json and CLAWD_* variables: keep the user's out.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWD_")} | {"CLAWD_HOME": str(home)}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        super().__init__(home, *flags, log=home / "daemon.out", keep_clawd_env=False, new_session=True)
         self.settings = learning_settings(flags)
-        self.proc = start_server(cmd, self.port, home / "daemon.out", env)
-        self.client = OpenAI(base_url=self.url + "/v1", api_key="sk-local", timeout=900, max_retries=0)
+        self.api = self.client(timeout=900)
 
     def status(self) -> dict[str, Any]:
         return httpx.get(self.url + "/v1/clawd/status", timeout=60).json()
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int,
              headers: dict[str, str] | None = None) -> tuple[str, str]:
-        r = self.client.chat.completions.create(model="clawd", messages=messages, max_tokens=max_tokens,
-                                                temperature=temperature, seed=seed, extra_headers=headers)
+        r = self.api.chat.completions.create(model="clawd", messages=messages, max_tokens=max_tokens,
+                                             temperature=temperature, seed=seed, extra_headers=headers)
         return r.id, r.choices[0].message.content or ""
 
 
@@ -166,19 +161,19 @@ def learning_settings(serve_argv: list[str]) -> dict[str, Any]:
 def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, base: dict | None) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-{sc.name}-{method}-{seed}-"))
     t0 = time.time()
-    d = Daemon(method, args, home)
+    d = Daemon(method, args, home).start()
     try:
         ev = base or evaluate(d, sc, args)
         run: dict[str, Any] = {"method": method, "seed": seed, "settings": d.settings,
                                "curve": [{"feedback_turns": 0, "adapter": None, "eval": ev}], "turns": [], "rounds": []}
-        print(f"  0 feedback turns (base{', shared' if base else ''}): {_point(run['curve'][0], ev)}", flush=True)
+        print(f"  0 feedback turns (base{', shared' if base else ''}): {point_text(run['curve'][0], ev)}", flush=True)
         converse_and_learn(d, sc, seed, args, run)
-        run["judge"] = judge_agreement(home / "clawd.db", run["turns"])
+        run["judge"] = judge_agreement(d, run["turns"])
     except BaseException:
         print(f"  failed; the daemon's home is kept: {home}", file=sys.stderr)
         raise
     finally:
-        stop(d.proc)
+        d.stop()
     shutil.rmtree(home, ignore_errors=True)  # after the stop: a live daemon still writes its log there
     run["seconds"] = round(time.time() - t0, 1)
     return run
@@ -224,7 +219,7 @@ def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namesp
         ev = evaluate(d, sc, args)
         rnd["eval_s"] = round(time.time() - t_eval, 1)
         run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": version, "eval": ev})
-        print(f"  adapter {version} live after {waited:.0f}s: {_point(run['curve'][-1], run['curve'][0]['eval'])}",
+        print(f"  adapter {version} live after {waited:.0f}s: {point_text(run['curve'][-1], run['curve'][0]['eval'])}",
               flush=True)
 
 
@@ -309,14 +304,10 @@ def _share(items: list[dict], pred) -> float:
     return sum(map(pred, items)) / len(items)
 
 
-def judge_agreement(db_path: Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
+def judge_agreement(d: Daemon, turns: list[dict[str, Any]]) -> dict[str, Any]:
     """The judge's verdict on each answer the user reacted to, against the simulator's truth
-    (+1 met the preference, -1 missed it). Read-only: the daemon owns the database."""
-    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = con.execute("SELECT t.completion_id, j.score, j.hint FROM judgments j JOIN turns t ON t.id = j.turn_id").fetchall()
-    finally:
-        con.close()
+    (+1 met the preference, -1 missed it), read from the daemon's database."""
+    rows = d.rows("SELECT t.completion_id, j.score, j.hint FROM judgments j JOIN turns t ON t.id = j.turn_id")
     judged = {cid: (score, hint) for cid, score, hint in rows}
     confusion = {str(truth): {"1": 0, "0": 0, "-1": 0} for truth in (1, -1)}
     hints = 0
@@ -333,56 +324,7 @@ def judge_agreement(db_path: Path, turns: list[dict[str, Any]]) -> dict[str, Any
             "confusion": confusion}
 
 
-# -- report -------------------------------------------------------------------------------------
-def _point(point: dict[str, Any], base: dict[str, Any]) -> str:
-    ev = point["eval"]
-    return (f"held-out adherence {ev['adherence']:.2f} (degenerate {ev['degenerate']:.2f}, wrong {ev['wrong']:.2f}), "
-            f"probes {ev['probe_accuracy']:.2f} ({ev['probe_accuracy'] - base['probe_accuracy']:+.2f} vs base, "
-            f"degenerate {ev['probe_degenerate']:.2f})")
-
-
-def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
-    """One run's numbers without its answers: what bench/results/ keeps."""
-    sc, run = result["scenarios"][scenario], result["scenarios"][scenario]["runs"][key]
-    base = run["curve"][0]["eval"]
-    turns = run["turns"]
-    return {
-        "scenario": scenario, "preference": sc["preference"], "method": run["method"], "seed": run["seed"],
-        "model": Path(result["config"]["model"]).name if result["config"]["model"] else "SmolLM2-135M (bundled)",
-        "settings": run.get("settings"), "loop_flags": result["loop_flags"], "daemon_args": result["config"]["daemon_args"],
-        "threads": result["config"]["threads"], "heldout_prompts": sc["heldout"], "probes": sc["probes"],
-        "curve": [{"feedback_turns": p["feedback_turns"], "adapter": p["adapter"],
-                   **{k: round(p["eval"][k], 3) for k in ("adherence", "degenerate", "wrong", "probe_accuracy")},
-                   "probe_delta": round(p["eval"]["probe_accuracy"] - base["probe_accuracy"], 3),
-                   "probe_degenerate": round(p["eval"]["probe_degenerate"], 3),
-                   "non_answers": p["eval"]["non_answers"]} for p in run["curve"]],
-        "conversation": {"answers": len(turns), "thanked": sum(t["reaction"] in THANKS for t in turns),
-                         "non_answers": sum(t["non_answer"] is not None for t in turns),
-                         # > 0 only in runs from before the simulated user checked for non-answers
-                         "non_answers_thanked": sum(t["non_answer"] is not None and t["reaction"] in THANKS for t in turns)},
-        "judge": run.get("judge"),
-        "rounds": [{"feedback_turns": r["feedback_turns"],
-                    "train": r["train"] and {k: r["train"].get(k) for k in ("samples", "steps", "mean_reward", "opd_samples")},
-                    "published": bool(r["publish"] and r["publish"].get("passed")),
-                    "rejected": r["publish"] and r["publish"].get("error")} for r in run["rounds"]],
-        "seconds": run["seconds"],
-        # a run recorded before today's checkers, its answers re-graded by --rescore
-        **({"rescored_from": result["rescored_from"]} if "rescored_from" in result else {}),
-    }
-
-
-def write_summaries(result: dict[str, Any], only: tuple[str, str] | None = None) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    for scenario, sc in result["scenarios"].items():
-        for key in sc["runs"]:
-            if only in (None, (scenario, key)):
-                method, seed = key.split("/")
-                turns = result["config"].get("turns")
-                path = RESULTS / f"personalize-{scenario}-{method}-seed{seed}-{turns}turns.json"
-                path.write_text(json.dumps(summary(result, scenario, key), indent=1, ensure_ascii=False) + "\n")
-                print(f"wrote {path.relative_to(ROOT)}")
-
-
+# -- re-grading ---------------------------------------------------------------------------------
 def rescore(result: dict[str, Any]) -> dict[str, Any]:
     """A recorded result, every answer re-graded with today's checkers. Results from before --seeds
     keep their runs under "methods" (one seed, config "seed", the base a run of its own): they are
@@ -400,60 +342,6 @@ def rescore(result: dict[str, Any]) -> dict[str, Any]:
             for t in run["turns"]:
                 t["non_answer"] = non_answer(t["prompt"], t["text"])
     return result
-
-
-def print_summary(result: dict[str, Any]) -> None:
-    print("\nheld-out adherence against feedback turns: adherence [degenerate share] (probe accuracy, change vs base)")
-    for name, sc in result["scenarios"].items():
-        print(f"\n{name}: {sc['preference']} ({sc['heldout']} held-out prompts, {sc['probes']} probes)")
-        for key, run in sc["runs"].items():
-            base = run["curve"][0]["eval"]
-            curve = "  ".join(f"{p['feedback_turns']}: {p['eval']['adherence']:.2f} [{p['eval']['degenerate']:.2f}] "
-                              f"({p['eval']['probe_accuracy']:.2f}, {p['eval']['probe_accuracy'] - base['probe_accuracy']:+.2f})"
-                              for p in run["curve"])
-            line = f"  {key:<12}{curve}"
-            turns = run["turns"]
-            line += f"; conversation: {sum(t['non_answer'] is not None for t in turns)} of {len(turns)} answers were no answer"
-            if run.get("judge"):
-                j = run["judge"]
-                line += f"; judge agrees with the user on {_pct(j['agreement'])} of {j['judged']} turns" \
-                        f" ({_pct(j['agreement_when_decided'])} when not 0)"
-            print(line + f"; {run['seconds'] / 60:.0f} min")
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
-
-
-def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(result["scenarios"])
-    fig, axes = plt.subplots(1, len(names), figsize=(max(6.0, 4.2 * len(names)), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        runs = result["scenarios"][name]["runs"]
-        turns = max([int(result["config"]["turns"])] + [p["feedback_turns"] for r in runs.values() for p in r["curve"]])
-        for key, run in runs.items():
-            xs = [p["feedback_turns"] for p in run["curve"]]
-            line, = ax.plot(xs, [p["eval"]["adherence"] for p in run["curve"]], "o-", label=key)
-            ax.plot(xs, [p["eval"]["degenerate"] for p in run["curve"]], "--", marker="s", color=line.get_color(),
-                    label=f"{key}: degenerate")
-            ax.plot(xs, [p["eval"]["probe_accuracy"] for p in run["curve"]], ":", marker="x", color=line.get_color(),
-                    label=f"{key}: probes")
-        ax.set_title(f"{name}: {result['scenarios'][name]['preference']}", fontsize=9)
-        ax.set_xlabel("feedback turns")
-        ax.set_ylim(-0.05, 1.05)
-        ax.set_xlim(-0.5, turns + 0.5)
-    axes[0][0].set_ylabel("held-out adherence (degenerate dashed, probes dotted)")
-    axes[0][-1].legend(fontsize=8)
-    model = Path(result["config"]["model"]).name if result["config"]["model"] else "SmolLM2-135M (bundled)"
-    fig.suptitle(f"clawd personalize — {model}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -18,16 +18,14 @@ Results also go to bench/out/ttft_training.json.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from common import free_port, start_server, stop, stream_chat, write_result
+from common import Daemon, stream_chat, write_result
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 CONVERSATIONS = [
@@ -65,15 +63,15 @@ def main() -> None:
     model = args.model or bundled_model_path()
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="clawd-ttft-train-"))
-    home, port = tmp / "home", free_port()
-    url = f"http://127.0.0.1:{port}"
+    home = tmp / "home"
     idle_s = 2.0
-    cmd = [sys.executable, "-m", "clawd", "serve", "--home", str(home), "--port", str(port), "--model", str(model),
-           "--threads", str(args.threads), "--idle-seconds", str(idle_s), "--tick-seconds", "0.25",
-           "--train-batch", str(len(CONVERSATIONS)), "--train-minibatch", "1", "--train-epochs", "50",
-           "--judge-margin", "0", "--judge-hint-votes", "1", "--max-train-tokens", str(args.max_train_tokens)]
+    flags = ["--home", str(home), "--model", str(model), "--threads", str(args.threads), "--idle-seconds", str(idle_s),
+             "--tick-seconds", "0.25", "--train-batch", str(len(CONVERSATIONS)), "--train-minibatch", "1",
+             "--train-epochs", "50", "--judge-margin", "0", "--judge-hint-votes", "1",
+             "--max-train-tokens", str(args.max_train_tokens)]
     print(f"model {model}; daemon log {tmp / 'clawd.log'}", flush=True)
-    proc = start_server(cmd, port, tmp / "clawd.log", os.environ | {"CLAWD_HOME": str(home)})
+    d = Daemon(home, *flags, log=tmp / "clawd.log", new_session=True).start()
+    url = d.url
     client = httpx.Client(timeout=600)
     out: dict = {"model": str(model), "threads": args.threads, "max_train_tokens": args.max_train_tokens}
     try:
@@ -111,7 +109,7 @@ def main() -> None:
                   f"(micro-step before it {micro[-1]:.2f} s)", flush=True)
         final = status(client, url)
     finally:
-        stop(proc)
+        d.stop()
         client.close()
 
     base = statistics.median(idle)

@@ -1,23 +1,22 @@
-"""A live `clawd serve` on the bundled model, in a subprocess, over real HTTP."""
+"""A live `clawd serve` on the bundled model, in a subprocess, over real HTTP (the harness is bench/common.py's Daemon)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
-import socket
-import sqlite3
-import subprocess
 import sys
-import time
 from functools import lru_cache
 from pathlib import Path
 
-import httpx
 import pytest
 
-from clawd.config import bundled_model_path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+# The one `clawd serve` harness, shared with the benches. A test's daemon stays in pytest's process
+# group (new_session False, the default): a Ctrl-C stops it with the run.
+from common import Daemon  # noqa: E402
+
+from clawd.config import bundled_model_path  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real OpenClaw requests (README there)
 
@@ -26,73 +25,6 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real Ope
 # 4x the size, and the suite's tolerances were measured on SmolLM2.
 MODEL = str(bundled_model_path())
 os.environ["CLAWD_MODEL"] = MODEL
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Daemon:
-    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None):
-        self.home, self.args, self.extra_env = home, args, env or {}
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def db(self) -> Path:
-        return self.home / "clawd.db"
-
-    def start(self, timeout: float = 60) -> Daemon:
-        env = {**os.environ, "CLAWD_HOME": str(self.home), **self.extra_env}
-        self.log = open(self.home.parent / f"daemon-{self.port}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "clawd", "serve", "--port", str(self.port), *self.args],
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}; log: {self.log.name}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise RuntimeError("daemon did not come up")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def rows(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
-        con.row_factory = sqlite3.Row
-        try:
-            return con.execute(sql, args).fetchall()
-        finally:
-            con.close()
-
-    def turn(self, completion_id: str) -> sqlite3.Row:
-        rows = self.rows("SELECT * FROM turns WHERE completion_id = ?", (completion_id,))
-        assert rows, f"turn {completion_id} not recorded"
-        return rows[0]
-
-    def count(self, table: str = "turns") -> int:
-        return self.rows(f"SELECT COUNT(*) FROM {table}")[0][0]
-
-    def client(self, **kw):
-        from openai import OpenAI
-
-        return OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "sk-local"), max_retries=0, **kw)
 
 
 @lru_cache(maxsize=1)

@@ -242,7 +242,8 @@ def test_the_bench_runs_on_the_daemons_defaults(tmp_path):
 def test_rescore_finds_the_echoes_the_readme_once_counted_as_success():
     """bench/out/personalize-no_lists.json is the run whose "0.50 → 1.00" was 8 of 8 questions
     repeated back; re-graded, it says so."""
-    from personalize import rescore, summary
+    from personalize import rescore
+    from personalize_report import summary
 
     result = rescore(json.loads((ROOT / "bench" / "out" / "personalize-no_lists.json").read_text()))
     s = summary(result, "no_lists", "combined/0")

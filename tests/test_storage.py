@@ -154,7 +154,7 @@ def test_unwritable_database_stops_the_start_with_a_clear_error(tmp_path):
         d = Daemon(home, "--auto-learn", "false")
         with pytest.raises(RuntimeError, match="exited with 1"):
             d.start()
-        log = Path(d.log.name).read_text()
+        log = d.log.read_text()
         assert "cannot write the database" in log and "Traceback" not in log
     finally:
         subprocess.run(["chattr", "-i", str(d.db)], check=True)
