@@ -68,7 +68,7 @@ def parse_tool_calls(text: str, offered: set[str]) -> tuple[str, list[ToolCall]]
                 return text, []  # a malformed call stays visible as text rather than vanish
             calls += found
         return _TAGGED.sub("", text).strip(), calls
-    found = _as_calls(_load(text), offered)
+    found = _as_calls(_load(_HEADED.sub("", text, count=1)), offered)
     if found:
         return "", found
     for m in _FENCE.finditer(text):
@@ -81,11 +81,12 @@ def parse_tool_calls(text: str, offered: set[str]) -> tuple[str, list[ToolCall]]
 def hold_from(text: str) -> int:
     """Index from which a streaming response must hold text back because it may be a call.
 
-    A reply that opens with `{` or `[` may be a bare JSON call: hold all of it. Otherwise hold
-    from the first marker, or from a trailing partial marker (`<tool_` may become `<tool_call>`).
+    A reply that opens with `{` or `[` may be a bare JSON call: hold all of it (also after a turn
+    header the model wrote, `<|im_start|>`). Otherwise hold from the first marker, or from a
+    trailing partial marker (`<tool_` may become `<tool_call>`).
     """
     stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
+    if stripped[:1] in ("{", "[") or stripped.startswith(_IM_START):
         return 0
     first = min((i for i in (text.find(m) for m in _MARKERS) if i >= 0), default=-1)
     if first >= 0:
@@ -111,7 +112,12 @@ _SPACE_RULE = r'space ::= ( " " | "\n" [ \t]{0,20} )?'
 # its string characters include raw newlines and control characters, which JSON forbids
 _CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
 _SPACE = rb"(?: |\n[ \t]{0,20})?"
-_BARE = re.compile(rb"\s*(\{)" + _SPACE + rb'"name"')  # a JSON call opening the answer
+# A turn header the model wrote itself before the call (its template's `<|im_start|>` token,
+# perhaps with a role): Qwen2.5-0.5B did so under OpenClaw, opening a new message of its own.
+_HEADER = r"(?:<\|im_start\|>(?:assistant)?\s*)?"
+_BARE = re.compile(rb"\s*" + _HEADER.encode() + rb"(\{)" + _SPACE + rb'"name"')  # a JSON call opening the answer
+_HEADED = re.compile(r"^\s*" + _HEADER)
+_IM_START = "<|im_start|>"
 _FENCED = re.compile(rb"```[a-zA-Z]*\n[ \t]*\{" + _SPACE + rb'"name"')  # a fenced one, anywhere
 _FORMS = (f'clawd-tagged ::= clawd-one ( [ \\n]{{0,2}} clawd-one )*\n'
           f'clawd-one ::= {json.dumps(TOOL_OPEN)} [ \\n]{{0,2}} clawd-call [ \\n]{{0,2}} {json.dumps(TOOL_CLOSE)}\n'

@@ -145,7 +145,7 @@ def test_control_tokens_in_tool_results_cannot_open_a_turn(daemon: Daemon):
     ids = array("i")
     ids.frombytes(daemon.turn(r.id)["prompt_ids"])
     start = httpx.post(daemon.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                                  "max_tokens": 1}).json()
+                                                                  "max_tokens": 1}, timeout=60).json()
     first = array("i")
     first.frombytes(daemon.turn(start["id"])["prompt_ids"])
     im_start = first[0]  # ChatML: the prompt opens with <|im_start|>

@@ -40,6 +40,9 @@ def test_trigger_finds_where_a_call_begins():
     assert start(b'  {"name"') == (2, "clawd-call")
     assert start(b'{\n    "name"') == (0, "clawd-call")  # pretty-printed
     assert start(b'Run it:\n```json\n{"name": "ex') == (8, "clawd-fenced")
+    # after a turn header the model wrote itself (Qwen2.5-0.5B under OpenClaw)
+    assert start(b'<|im_start|>\n{"name"') == (13, "clawd-call")
+    assert start(b'<|im_start|>assistant\n{"name"') == (22, "clawd-call")
     # not (yet) a call: a partial key, another key, JSON inside prose, a plain fence
     for text in (b'{"na', b'{"query": 1}', b'The object {"name": 1} is', b"```python\nprint(1)\n```", b"Hello"):
         assert start(text) is None, text
@@ -79,6 +82,27 @@ def test_an_unoffered_name_becomes_an_offered_call(engine):
     assert content == "" and [c.name for c in calls] == ["exec"]
     assert json.loads(calls[0].arguments)["command"] == "ls"
     assert info.finish == "stop" and info.eog is not None  # a bare call ends the answer
+
+
+def test_a_call_after_a_turn_header_the_model_wrote_is_a_call(engine):
+    """Qwen2.5-0.5B under OpenClaw once opened its answer with the template's own `<|im_start|>`
+    token, then the object, and the call stayed text. The trigger fires there, the grammar takes
+    the header token over as its literal prefix (llama.cpp's grammar matches a special token by
+    its text), only offered names follow, and the parsed call has no content."""
+    header = engine.llm.tokenize(b"<|im_start|>\n", add_bos=False, special=True)
+    assert len(header) == 2 and engine.llm.detokenize(header[:1], special=True) == b"<|im_start|>"  # one token
+    body = engine.llm.tokenize(b'{"name": "', add_bos=False, special=False)
+    gbnf = tool_calls.CallTrigger(TOOLS)(engine.llm.detokenize(header + body, special=True))
+    assert gbnf is not None and gbnf.startswith('root ::= "<|im_start|>\\n" clawd-call')
+    mask = GrammarMask(engine._vocab, engine.n_vocab, gbnf)
+    assert mask.take_over(header + body)
+    allowed = np.flatnonzero(np.isfinite(mask.apply(np.zeros(engine.n_vocab, np.float32))))
+    pieces = {engine.llm.detokenize([int(t)]).decode("utf-8", "replace") for t in allowed}
+    assert pieces and all(any((n + '"').startswith(p) or p.startswith(n + '"') for n in OFFERED) for p in pieces), pieces
+    mask.close()
+    content, calls = tool_calls.parse_tool_calls('<|im_start|>\n{"name": "exec", "arguments": {"command": "ls"}}', OFFERED)
+    assert content == "" and [c.name for c in calls] == ["exec"]
+    assert tool_calls.hold_from("<|im_start|>") == 0  # a stream holds it back: it may become a call
 
 
 def test_constrained_logprobs_are_renormalized_over_what_the_grammar_allows(engine):
