@@ -96,6 +96,46 @@ def test_compaction_is_a_side_turn(daemon: Daemon):
     assert daemon.turn(u["id"])["kind"] == "side"
 
 
+# Every captured request and what it is (tests/fixtures/openclaw/README.md): OpenClaw's background
+# turns are side turns, the user's turns main ones. A heartbeat carries tools and the agent's whole
+# system prompt, like a user's turn; only its own user messages tell them apart.
+KINDS = {"turn1_first_request": "main", "turn2_same_session": "main", "tool_call_request": "main",
+         "tool_followup_request": "main", "compaction_request": "side", "compaction_summary_request": "side",
+         "activity_recap_request": "side", "heartbeat_request": "side", "heartbeat_after_a_poll_request": "side"}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_each_captured_request_is_classified(name):
+    from clawd.serve import protocol, sessions
+
+    req = protocol.parse_request(json.dumps(fixture(name)).encode())
+    assert sessions.classify(protocol.normalize_messages(req), bool(protocol.tools_of(req)), None) == KINDS[name]
+
+
+@pytest.mark.fast
+def test_a_title_request_is_a_side_turn():
+    """Not captured (the fixtures' README says why): the request as OpenClaw 2026.9.6's source
+    builds it, its system prompt and the user's first message, no tools."""
+    from clawd.serve import sessions
+
+    system = ("Generate a concise session title (3-6 words, max 60 characters) from the user's first message. "
+              "Use the same language as the message, in sentence case. No emoji. Return only the title. "
+              "You are labeling the supplied message, not participating in its conversation.")
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "How do I bake sourdough bread?"}]
+    assert sessions.classify(msgs, False, None) == "side"
+
+
+@pytest.mark.fast
+def test_every_fixture_has_a_kind():
+    assert {p.stem for p in FIXTURES.glob("*.json")} - {"session_affinity_headers"} == set(KINDS)
+
+
+def test_a_heartbeat_is_recorded_as_a_side_turn(daemon: Daemon):
+    _, _, u = stream_answer(daemon, {**shorten(fixture("heartbeat_after_a_poll_request")), "max_completion_tokens": 4})
+    assert daemon.turn(u["id"])["kind"] == "side"
+
+
 @pytest.mark.parametrize("headers,kind", [({"X-Turn-Type": "side"}, "side"), ({}, "main")])
 def test_session_headers_honored(daemon: Daemon, headers, kind):
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]

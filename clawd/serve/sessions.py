@@ -28,18 +28,31 @@ class Link:
     next_state: NextState | None  # for the previous turn, when this request reveals it
 
 
+# What OpenClaw writes into the turn's own user messages for its background turns (2026.9.6, captured
+# in tests/fixtures/openclaw/): the heartbeat prompt, a past heartbeat as its transcript keeps it, the
+# older HEARTBEAT.md prompt, and the memory flush before a compaction.
+SIDE_MARKERS = ("heartbeat monitor scratch context", "[openclaw heartbeat poll]", "heartbeat.md", "heartbeat_ok",
+                "memory flush")
+# ... and in the system prompt of a tool-less side call: compaction, the activity recap (both
+# captured), a session title or topic label (from OpenClaw's source: the gateway asks for one
+# only from its dashboard, which the capture could not reach)
+SIDE_SYSTEM = ("summariz", "compact", "you are labeling the supplied message", "session title", "topic label")
+
+
 def classify(messages: list[dict[str, Any]], has_tools: bool, header: str | None) -> TurnKind:
-    """Main turns are trained; side turns (compaction, heartbeats, memory flushes, one-shot calls
-    without a system prompt) are recorded but kept out of training."""
+    """Main turns are trained; side turns (compaction, activity recaps, heartbeats, memory flushes,
+    one-shot calls without a system prompt) are recorded but kept out of training. A heartbeat is an
+    agent turn with tools in the main session: only the messages since the last answer say what it is."""
     if header in ("main", "side"):
         return header  # type: ignore[return-value]
     system = " ".join(m["content"] for m in messages if m["role"] == "system").lower()
-    last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "").lower()
     if not system:
         return "side"
-    if not has_tools and ("summariz" in system or "compact" in system):
+    if not has_tools and any(k in system for k in SIDE_SYSTEM):
         return "side"
-    if "heartbeat" in last_user or "memory flush" in last_user or "memory flush" in system:
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    new = " ".join(m["content"] for m in messages[last + 1:] if m["role"] == "user").lower()
+    if any(k in new for k in SIDE_MARKERS) or "memory flush" in system:
         return "side"
     return "main"
 
