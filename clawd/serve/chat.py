@@ -109,7 +109,7 @@ class ChatService:
         if link.next_state is not None and self.store.add_next_state(link.next_state):
             log.info("turn %d got its next state (%s)", link.next_state.turn_id, link.next_state.role)
         turn = Turn(
-            session_id=link.session_id, index=self.store.next_index(link.session_id), kind=kind,
+            session_id=link.session_id, index=self.store.next_index(link.session_id), kind=link.kind,
             completion_id="chatcmpl-" + secrets.token_hex(12),
             request={"messages": [m.model_dump(exclude_none=True) for m in req.messages],
                      "tools": tool_list, "tool_choice": choice if isinstance(choice, str) else choice.model_dump(),
@@ -118,7 +118,7 @@ class ChatService:
             prompt_ids=prompt, adapter_version=getattr(self.engine, "adapter_version", None),
         )
         self.store.insert_turn(turn)
-        log.info("turn %d (session %d, #%d, %s): %d prompt tokens", turn.id, turn.session_id, turn.index, kind, len(prompt))
+        log.info("turn %d (session %d, #%d, %s): %d prompt tokens", turn.id, turn.session_id, turn.index, turn.kind, len(prompt))
         return Prepared(turn, sampling, stops, {t["function"]["name"] for t in use_tools}, forced,
                         int(time.time()), headers.get("x-session-done", "").lower() in ("1", "true", "yes"))
 

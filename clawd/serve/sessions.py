@@ -89,25 +89,46 @@ def _answered(candidates: list[Turn], before: list[dict[str, Any]], session_id: 
     return next((t for t in candidates if _last_user(normalize(t.request.get("messages") or [])) == asked), candidates[0])
 
 
+def _turn_at(store: Store, messages: list[dict[str, Any]], i: int, session_id: int | None) -> Turn | None:
+    """The recorded turn whose answer is messages[i] (an assistant message), if any."""
+    m = messages[i]
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+    return _answered(store.turns_by_output(output_key(m.get("content") or "", calls)), messages[:i], session_id)
+
+
 def link(store: Store, messages: list[dict[str, Any]], kind: TurnKind, session_header: str | None) -> Link:
+    """The session of this request, and the next state it reveals for the turn it follows.
+
+    A next state is what came after a turn of the same kind. OpenClaw runs heartbeats inside the
+    main session, so the user's next message can follow a heartbeat's answer, with the main turn
+    before it: the reaction is then that main turn's next state, and the heartbeat's own request is
+    nobody's (its prompt is OpenClaw's, not the user's reaction). A request that only brings a side
+    turn's tool results is side work too, whatever `kind` said."""
     next_state = None
     linked_session = None
     header_session = store.open_session(f"header:{session_header}") if session_header else None
-    i = _previous_answer(messages)
-    if i is not None:
-        m = messages[i]
-        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
-        prev = _answered(store.turns_by_output(output_key(m.get("content") or "", calls)), messages[:i], header_session)
-        after = messages[i + 1:]
-        if prev is not None:
-            linked_session = prev.session_id
-            if after:
-                next_state = NextState(
-                    turn_id=prev.id,  # type: ignore[arg-type]
-                    role="tool" if after[0]["role"] == "tool" else "user",
-                    content="\n\n".join(x["content"] for x in after if x["content"]),
-                    messages=after,
-                )
+    end = _previous_answer(messages)
+    prev = _turn_at(store, messages, end, header_session) if end is not None else None
+    if kind == "main" and prev is not None and prev.kind == "side" and end is not None and \
+            not any(m["role"] == "user" for m in messages[end + 1:]):
+        kind = "side"  # the tool results of a side turn's call (a heartbeat's exec): the same side work goes on
+    i = end
+    while kind == "main" and prev is not None and prev.kind == "side" and i is not None:
+        j = _previous_answer(messages[:i])
+        earlier = _turn_at(store, messages, j, header_session) if j is not None else None
+        if earlier is None:
+            break
+        prev, i = earlier, j
+    if prev is not None and end is not None:
+        linked_session = prev.session_id
+        after = messages[end + 1:]
+        if after and prev.kind == kind:
+            next_state = NextState(
+                turn_id=prev.id,  # type: ignore[arg-type]
+                role="tool" if after[0]["role"] == "tool" else "user",
+                content="\n\n".join(x["content"] for x in after if x["content"]),
+                messages=after,
+            )
     if header_session is not None:
         session_id = header_session
     elif linked_session is not None:
