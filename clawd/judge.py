@@ -82,6 +82,13 @@ SHOTS = (
     ("What is 7 times 8?", "7 times 8 is 54.", "user", "That's not right, it's 56.", "bad"),
     ("Give me three ideas for a birthday party.", "1. A picnic 2. A karaoke night 3. A board game evening", "user", "By the way, how tall is Mount Everest?", "unclear"),
     ("List the files here.", '[tool call] ls({"path": "."})', "tool", "README.md\nmain.py\nrequirements.txt", "good"),
+    # thanks that are thanks, thanks that are sarcasm, and moving on (issue 12: the first two were
+    # confused, which left real thanks undecided); chosen by the tuning split's cross-validation only
+    ("Convert 5 km to miles.", "5 km is about 3.1 miles.", "user", "Perfect, thank you!", "good"),
+    ("Write a short bio for my profile.", "John is a passionate, dynamic, results-driven synergist who leverages paradigms.", "user", "Wow, thanks. Now I sound like a buzzword generator.", "bad"),
+    ("Suggest a dinner recipe.", "Try a lemon garlic pasta: boil spaghetti, toss with garlic, lemon, olive oil and parmesan.", "user", "Sounds good. What wine goes with it?", "good"),
+    ("Fix the grammar: 'me and him goes to school'.", "He and I go to school.", "user", "ok cheers", "good"),
+    ("Give me a motivational quote.", "Believe you can and you're halfway there.", "user", "Gee, how original. Thanks so much.", "bad"),
     ("Describe the water cycle.", "Water evaporates, condenses into clouds, and falls as rain or snow.", "user", "Thanks!", "good"),
 )
 LABELS = {"bad": -1, "unclear": 0, "good": 1}  # the verdict words, in the feature order
