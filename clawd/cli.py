@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, Settings, default_home, ensure_home
+from .records import GateResult, Status, TrainEvent
 
 _TYPES = {int: int, float: float, str: str, Path: Path}
 
@@ -73,7 +74,6 @@ def cmd_status(ns: argparse.Namespace) -> None:
         print(json.dumps(st, indent=2))
         return
     from . import cli_show
-    from .records import Status
 
     cli_show.status(Status.from_json(st))
 
@@ -128,8 +128,6 @@ def cmd_openclaw_config(ns: argparse.Namespace) -> None:
     settings = _settings(ns)
     st = _call(settings, "GET", "/v1/clawd/status", timeout=5)
     if st is not None:
-        from .records import Status
-
         ctx = Status.from_json(st).model.context
     else:
         ctx = settings.ctx or _trained_context(settings.resolved_model())
@@ -208,8 +206,6 @@ def cmd_publish(ns: argparse.Namespace) -> None:
             out = _local_adapters(settings).publish(ns.version)
         except (LookupError, ValueError) as e:
             sys.exit(str(e).strip("'\""))
-    from .records import GateResult
-
     gate = GateResult.from_json(out["gate"])  # a rejection came back as an error, with every reason
     drop = (gate.checks.get("replay") or {}).get("drop")
     print(f"adapter {out['version']} passed the gate in {gate.seconds:.0f}s"
@@ -232,7 +228,6 @@ def cmd_train(ns: argparse.Namespace) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .records import TrainEvent
     from .train.loop import TrainError, run_round
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

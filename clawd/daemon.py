@@ -123,7 +123,6 @@ class Daemon:
                 last=st.last_train, progress=st.train_progress, last_publish=st.last_publish,
                 batch=self.settings.train_batch, ready=self.ready_to_train(),
                 backend=self._trained_by(), backend_setting=self.settings.train_backend,
-                memory_plan=st.last_train.detail.get("memory_plan") if st.last_train else None,
                 auto=self.settings.auto_learn, idle_seconds=self.settings.idle_seconds,
                 paused=self.store.learning_paused()),
             prompt_cache=e.cache.status() if e.cache else None, memory_mb=_rss_mb(), home=str(self.settings.home))

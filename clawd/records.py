@@ -211,15 +211,16 @@ class TrainEvent:
 
     def to_json(self) -> dict[str, Any]:
         """Flat, as status has always shown it: the set fields, then the details."""
-        fixed = {k: v for k in ("event", "run_id", "step", "steps", "loss", "version", "error", "at")
-                 if (v := getattr(self, k)) is not None}
+        fixed = {k: v for k in _EVENT_FIELDS if (v := getattr(self, k)) is not None}
         return {**self.detail, **fixed}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TrainEvent:
-        names = {"event", "run_id", "step", "steps", "loss", "version", "error", "at"}
-        return cls(**{k: v for k, v in d.items() if k in names},
-                   detail={k: v for k, v in d.items() if k not in names})
+        return cls(**{k: v for k, v in d.items() if k in _EVENT_FIELDS},
+                   detail={k: v for k, v in d.items() if k not in _EVENT_FIELDS})
+
+
+_EVENT_FIELDS = tuple(k for k in TrainEvent.__dataclass_fields__ if k != "detail")  # flat in the JSON
 
 
 @dataclass
@@ -307,10 +308,14 @@ class TrainingStatus:
     ready: int  # judged turns a round could use now
     backend: str | None  # what trained the last round (None: nothing yet)
     backend_setting: str
-    memory_plan: dict[str, Any] | None  # the last round's (memory.Plan.as_dict())
     auto: bool  # auto_learn
     idle_seconds: float
     paused: bool  # the user paused learning
+
+    @property
+    def memory_plan(self) -> dict[str, Any] | None:
+        """The last round's (memory.Plan.as_dict()), from its final event."""
+        return self.last.detail.get("memory_plan") if self.last else None
 
 
 @dataclass
@@ -341,7 +346,7 @@ class Status:
                 "turns": self.turns, "recent_scores": self.recent_scores, "judge": self.judge, "doing": self.doing,
                 "doing_since_s": self.doing_since_s, "in_flight": self.in_flight,
                 "training": {**{k: getattr(tr, k) for k in TrainingStatus.__dataclass_fields__},
-                             "last": tr.last.to_json() if tr.last else None,
+                             "memory_plan": tr.memory_plan, "last": tr.last.to_json() if tr.last else None,
                              "progress": tr.progress.to_json() if tr.progress else None},
                 "prompt_cache": self.prompt_cache, "memory_mb": self.memory_mb, "home": self.home}
 

@@ -114,10 +114,10 @@ _CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F
 _SPACE = rb"(?: |\n[ \t]{0,20})?"
 # A turn header the model wrote itself before the call (its template's `<|im_start|>` token,
 # perhaps with a role): Qwen2.5-0.5B did so under OpenClaw, opening a new message of its own.
-_HEADER = r"(?:<\|im_start\|>(?:assistant)?\s*)?"
+_IM_START = "<|im_start|>"
+_HEADER = f"(?:{re.escape(_IM_START)}(?:assistant)?\\s*)?"
 _BARE = re.compile(rb"\s*" + _HEADER.encode() + rb"(\{)" + _SPACE + rb'"name"')  # a JSON call opening the answer
 _HEADED = re.compile(r"^\s*" + _HEADER)
-_IM_START = "<|im_start|>"
 _FENCED = re.compile(rb"```[a-zA-Z]*\n[ \t]*\{" + _SPACE + rb'"name"')  # a fenced one, anywhere
 _FORMS = (f'clawd-tagged ::= clawd-one ( [ \\n]{{0,2}} clawd-one )*\n'
           f'clawd-one ::= {json.dumps(TOOL_OPEN)} [ \\n]{{0,2}} clawd-call [ \\n]{{0,2}} {json.dumps(TOOL_CLOSE)}\n'

@@ -50,8 +50,8 @@ def classify(messages: list[dict[str, Any]], has_tools: bool, header: str | None
         return "side"
     if not has_tools and any(k in system for k in SIDE_SYSTEM):
         return "side"
-    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
-    new = " ".join(m["content"] for m in messages[last + 1:] if m["role"] == "user").lower()
+    last = _previous_answer(messages)
+    new = " ".join(m["content"] for m in messages[0 if last is None else last + 1:] if m["role"] == "user").lower()
     if any(k in new for k in SIDE_MARKERS) or "memory flush" in system:
         return "side"
     return "main"
@@ -109,19 +109,17 @@ def link(store: Store, messages: list[dict[str, Any]], kind: TurnKind, session_h
     header_session = store.open_session(f"header:{session_header}") if session_header else None
     end = _previous_answer(messages)
     prev = _turn_at(store, messages, end, header_session) if end is not None else None
-    if kind == "main" and prev is not None and prev.kind == "side" and end is not None and \
-            not any(m["role"] == "user" for m in messages[end + 1:]):
-        kind = "side"  # the tool results of a side turn's call (a heartbeat's exec): the same side work goes on
-    i = end
-    while kind == "main" and prev is not None and prev.kind == "side" and i is not None:
-        j = _previous_answer(messages[:i])
-        earlier = _turn_at(store, messages, j, header_session) if j is not None else None
-        if earlier is None:
-            break
-        prev, i = earlier, j
     if prev is not None and end is not None:
-        linked_session = prev.session_id
         after = messages[end + 1:]
+        if kind == "main" and prev.kind == "side" and not any(m["role"] == "user" for m in after):
+            kind = "side"  # the tool results of a side turn's call (a heartbeat's exec): the same side work goes on
+        i: int | None = end
+        while kind == "main" and prev.kind == "side" and (i := _previous_answer(messages[:i])) is not None:
+            earlier = _turn_at(store, messages, i, header_session)
+            if earlier is None:
+                break
+            prev = earlier
+        linked_session = prev.session_id
         if after and prev.kind == kind:
             next_state = NextState(
                 turn_id=prev.id,  # type: ignore[arg-type]
