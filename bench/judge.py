@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.engine import Engine, GenInfo, Sampling  # noqa: E402
 from clawd.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
-from clawd.judge import Judge  # noqa: E402
+from clawd.judge import PLAIN, Judge  # noqa: E402
 from clawd.judge_calibration import (  # noqa: E402
     CASES,
     calibrate,
@@ -59,7 +59,7 @@ def features(judge: Judge, cases: list[dict], method: str) -> tuple[np.ndarray, 
         x, _ = judge.features(*case_turn(c), method=method)
         xs.append(x)
         print(f"  {method} {i + 1}/{len(cases)} {c['id']:28s} label {c['label']:+d}  "
-              + " ".join(f"{v:+.2f}" for v in x), file=sys.stderr, flush=True)
+              + " ".join(f"{v:+.2f}" for v in x[:PLAIN]), file=sys.stderr, flush=True)
     return np.array(xs), (time.perf_counter() - t0) / max(len(cases), 1)
 
 
@@ -120,6 +120,23 @@ def mid_judge_wait(judge: Judge, cases: list[dict], reps: int) -> dict:
     return {"lock_wait_s": [round(w, 4) for w in waits], "lock_wait_s_max": round(max(waits), 4)}
 
 
+def evaluate(settings: Settings, model: Path, method: str, tune: list[dict], held: list[dict], x: np.ndarray,
+             xh: np.ndarray | None, plain: int | None, s_tune: float, s_held: float) -> dict:
+    """Calibrate on the tuning split as the daemon does; its cross-validation, and its verdicts
+    on the held-out split."""
+    y = np.array([c["label"] for c in tune])
+    cal = calibrate(x, y, model.name, method, settings.judge_min_accuracy, settings.judge_max_wrong_sign, s_tune,
+                    plain=plain)
+    p_cv = cross_val_probs(x, y, plain)
+    res = {"mode": cal.mode, "threshold": cal.threshold, "s_per_turn": round(s_tune, 3), "cv_trusted": cal.cv_trusted,
+           "tune_cv": report(tune, verdicts(p_cv, cal.threshold), p_cv)}
+    if xh is not None:
+        ph = predict(cal.fit, xh)
+        res["heldout"] = report(held, verdicts(ph, cal.threshold), ph)
+        res["s_per_turn"] = round((s_tune * len(tune) + s_held * len(held)) / (len(tune) + len(held)), 3)
+    return res
+
+
 def qwen_model() -> Path | None:
     r = subprocess.run(["bash", str(ROOT / "scripts" / "qwen-model.sh")], capture_output=True, text=True)
     path = Path(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip() else None
@@ -136,7 +153,7 @@ def print_summary(name: str, method: str, res: dict) -> None:
               f"  n={r['n']}")
         for f, m in r["families"].items():
             print(f"        {f:24s} acc {m['accuracy']:.2f} wrong-sign {m['wrong_sign']:.2f} decided {m['decided']:.2f} n={m['n']}")
-    print(f"  {method:5s} mode {res['mode']} threshold {res['threshold']}  {res['s_per_turn']:.2f} s/turn")
+    print(f"  {method} mode {res['mode']} threshold {res['threshold']}  {res['s_per_turn']:.2f} s/turn")
 
 
 def write(args: argparse.Namespace, model: Path, out: dict) -> Path:
@@ -174,19 +191,13 @@ def main() -> None:
             continue
         for method in args.methods.split(","):
             x, s_tune = features(judge, tune, method)
-            y = np.array([c["label"] for c in tune])
-            cal = calibrate(x, y, model.name, method, settings.judge_min_accuracy, settings.judge_max_wrong_sign, s_tune)
-            p_cv = cross_val_probs(x, y)
-            res = {"mode": cal.mode, "threshold": cal.threshold, "s_per_turn": round(s_tune, 3),
-                   "cv_trusted": cal.cv_trusted,
-                   "tune_cv": report(tune, verdicts(p_cv, cal.threshold), p_cv)}
-            if held:
-                xh, s_held = features(judge, held, method)
-                ph = predict(cal.fit, xh)
-                res["heldout"] = report(held, verdicts(ph, cal.threshold), ph)
-                res["s_per_turn"] = round((s_tune * len(tune) + s_held * len(held)) / (len(tune) + len(held)), 3)
-            out[method] = res
-            print_summary(model.name, method, res)
+            xh, s_held = features(judge, held, method) if held else (None, 0.0)
+            # what the daemon calibrates (the verdict words and the hidden state), and beside it
+            # the verdict words alone (the calibration before the hidden state joined it)
+            for name, plain, cols in ((method, PLAIN, slice(None)), (f"{method}_words_only", None, slice(PLAIN))):
+                out[name] = res = evaluate(settings, model, method, tune, held, x[:, cols],
+                                           None if xh is None else xh[:, cols], plain, s_tune, s_held)
+                print_summary(model.name, name, res)
             write(args, model, out)  # after each method: a long run keeps what it measured
         if args.wait_reps:
             out["mid_judge"] = mid_judge_wait(judge, tune, args.wait_reps)

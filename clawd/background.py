@@ -75,6 +75,7 @@ class BackgroundContext:
         self._abort_cb = llama_cpp.ggml_abort_callback(
             lambda _: engine.lock.should_yield() or (self._cancel is not None and self._cancel.is_set()))
         self._no_abort = llama_cpp.ggml_abort_callback()
+        self.n_embd = llama_cpp.llama_model_n_embd(engine.llm._model.model)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         self.waited_s = 0.0  # time spent waiting for user requests (and other holders) to finish
         self.steps = 0
@@ -87,47 +88,70 @@ class BackgroundContext:
         self._ctx.close()
 
     # -- one decode step under the lock -----------------------------------------------------
-    def _decode(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray | None:
+    def _decode(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
+                hidden: bool = False) -> np.ndarray | None:
         """Append `tokens` (at most `batch`) to the KV cache. Returns the logits of the last
-        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab); None when a
-        user request (or `cancel`) stopped the decode: nothing was appended, try again."""
+        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab), or with `hidden`
+        the last token's final hidden state (the last layer after its norm, the lm head's input),
+        shape (n_embd,); None when a user request (or `cancel`) stopped the decode: nothing was
+        appended, try again."""
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        n_vocab = self.engine.n_vocab
         t0 = time.perf_counter()
         with self.engine.lock.background():
             self.waited_s += time.perf_counter() - t0
             self._batch.set_batch(tokens, n_past=len(self.tokens), logits_all=logits_all)
-            # Only multi-token decodes can be aborted: one token is short, and the callback costs
-            # a GIL round trip per graph node.
-            abortable = len(tokens) > 1
-            if abortable:
-                self._cancel = cancel
-                llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._abort_cb, None)
+            # Embeddings on makes llama.cpp output every token of the batch (each through the lm
+            # head), so only for the one decode that needs them.
+            if hidden:
+                llama_cpp.llama_set_embeddings(self._ctx.ctx, True)
             try:
-                rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+                out = self._run(tokens, logits_all, cancel, hidden)
             finally:
-                if abortable:
-                    llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._no_abort, None)
-            if rc == 2:
-                # Aborted. The batch is one ubatch, so none of it should remain; make sure.
-                self._ctx.kv_cache_seq_rm(-1, len(self.tokens), -1)
-                self.aborts += 1
+                if hidden:
+                    llama_cpp.llama_set_embeddings(self._ctx.ctx, False)
+            if out is None:
                 return None
-            if rc != 0:
-                raise RuntimeError(f"llama_decode returned {rc} in the background context")
-            rows = range(len(tokens)) if logits_all else [len(tokens) - 1]
-            # copies: the buffer is overwritten by the next decode
-            out = np.stack([np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(n_vocab,)).copy() for i in rows])
         self.tokens.extend(tokens)
         self.steps += 1
         self.evaluated += len(tokens)
+        return out
+
+    def _run(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
+             hidden: bool) -> np.ndarray | None:
+        """The decode itself, under the lock, the batch set: `_decode`'s result."""
+        # Only multi-token decodes can be aborted: one token is short, and the callback costs
+        # a GIL round trip per graph node.
+        abortable = len(tokens) > 1
+        if abortable:
+            self._cancel = cancel
+            llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._abort_cb, None)
+        try:
+            rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+        finally:
+            if abortable:
+                llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._no_abort, None)
+        if rc == 2:
+            # Aborted. The batch is one ubatch, so none of it should remain; make sure.
+            self._ctx.kv_cache_seq_rm(-1, len(self.tokens), -1)
+            self.aborts += 1
+            return None
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc} in the background context")
+        # copies: the buffers are overwritten by the next decode
+        if hidden:
+            return np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(self._ctx.ctx, len(tokens) - 1),
+                                         shape=(self.n_embd,)).copy()
+        rows = range(len(tokens)) if logits_all else [len(tokens) - 1]
+        out = np.stack([np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(self.engine.n_vocab,)).copy()
+                        for i in rows])
         return out if logits_all else out[0]
 
-    def _decode_all(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray:
+    def _decode_all(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
+                    hidden: bool = False) -> np.ndarray:
         """`_decode`, again after each abort (a user request ran in between)."""
         while True:
-            out = self._decode(tokens, logits_all, cancel)
+            out = self._decode(tokens, logits_all, cancel, hidden)
             if out is not None:
                 return out
 
@@ -185,3 +209,12 @@ class BackgroundContext:
                 self._truncate(base)
             out.append(lp)
         return out
+
+    def hidden(self, prompt: list[int], cancel: threading.Event | None = None) -> np.ndarray:
+        """The final hidden state at the last token of `prompt`, shape (n_embd,): what the model
+        knows there, before the lm head turns it into one next-token distribution. The rest of
+        the prompt is reused from the KV cache (after `score` on the same prompt: two tokens)."""
+        if len(prompt) < 2:
+            raise ValueError("a hidden state needs a prompt of two tokens or more")
+        self._prefill(prompt[:-1], cancel)
+        return self._decode_all(prompt[-1:], False, cancel, hidden=True)

@@ -126,9 +126,10 @@ class Settings(BaseSettings):
     auto_learn: bool = Field(True, description="Judge, train and publish by themselves when idle (off: only the one-shot commands).")
 
     # Judge (design §6). 'ask' against 'score' measured by bench/judge.py (bench/results/judge-*.json).
-    judge_method: Literal["ask", "score"] = Field("ask", description="How the judge reads a turn: 'ask' (yes/no "
-                                                  "questions, one forward pass) or 'score' (P of each \\boxed{} verdict); "
-                                                  "either is calibrated per model on the shipped labeled cases.")
+    judge_method: Literal["ask", "score"] = Field("ask", description="How the judge reads a turn: 'ask' (a "
+                                                  "verdict word after worked examples, one forward pass) or 'score' (P of each "
+                                                  "\\boxed{} verdict); either, with the model's hidden state there, is "
+                                                  "calibrated per model on the shipped labeled cases.")
     judge_min_accuracy: float = Field(0.8, ge=0, le=1, description="Cross-validated accuracy on the calibration cases "
                                       "below which the judge is not trusted: only its most confident verdicts count.")
     judge_max_wrong_sign: float = Field(0.03, ge=0, le=1, description="Largest cross-validated share of ±1 cases a "

@@ -1,16 +1,15 @@
 """Judge (design §6): the served model scores each main turn from what came next.
 
 The verdict: +1 the turn worked, -1 it did not, 0 no evidence. A 0.5B model asked for a verdict
-reads a short change request in the imperative ("Shorter.", "In French.") as approval, so the
-default method, `ask`, does not ask it for one. It asks it a few yes/no questions that each need
-one reading ("Does the user ask for a change?", "Does the tool report an error?"), takes the
-log-odds of "Yes" against "No" for each (one forward pass; the questions share the turn's
-prefix in the KV cache, and the fixed instructions stay cached between turns), and a small
-softmax regression fitted per model file on the shipped calibration cases turns those log-odds
-into P(-1), P(0), P(+1) (`judge_calibration.py`). A verdict is given only past a confidence
-chosen by cross-validation on those cases; below it, 0. `score`, the previous method (P of each
-`\\boxed{}` value after a forced prefix), is kept as the baseline `bench/judge.py` compares
-against, and is calibrated the same way.
+reads a short change request in the imperative ("Shorter.", "In French.") as approval. The
+default method, `ask`, shows it worked examples (SHOTS, a cached prefix), then the turn in their
+form, and reads two things at the place where the verdict comes: log P of each verdict word
+(" bad", " unclear", " good"), and the model's final hidden state there. A softmax regression
+fitted per model file on the shipped labeled cases turns them into P(-1), P(0), P(+1)
+(`judge_calibration.py`); the hidden state carries what the three words miss (a sarcastic
+thanks, a terse request). A verdict is given only past a confidence chosen by cross-validation
+on those cases; below it, 0. `score`, the older method (P of each `\\boxed{}` value after a forced
+prefix), is kept as the baseline `bench/judge.py` compares against, and is calibrated the same way.
 
 Hints for OPD come from the evidence, not from the judge's pen (`hints.py`).
 
@@ -97,6 +96,7 @@ LABELS = {"bad": -1, "unclear": 0, "good": 1}  # the verdict words, in the featu
 # in all, so a turn costs ~2 s of prompt on 2 CPU cores with the 0.5B model.
 REQUEST_CHARS, REPLY_CHARS, NEXT_CHARS = 300, 400, 400
 ASK_TOKENS = 2048
+PLAIN = 4  # features before the hidden state: the three verdicts' log P and whether a tool answered
 PROMPTS = json.dumps([EVAL_SYSTEM, ASK_SYSTEM, SHOTS, REQUEST_CHARS, REPLY_CHARS, NEXT_CHARS])  # calibration cache key
 
 
@@ -224,20 +224,26 @@ class Judge:
                  cancel: threading.Event | None = None) -> tuple[list[float], dict[str, Any]]:
         """What the calibration reads for one turn: log P of each verdict word (method `ask`:
         " bad", " unclear", " good" after the examples; `score`: "-1", "0", "1" in a forced
-        \\boxed{}), normalized over the three, and 1 if a tool answered (else 0)."""
+        \\boxed{}), normalized over the three, 1 if a tool answered (else 0): PLAIN features;
+        then the model's final hidden state where it reads the verdict, (n_embd,). The verdict
+        words use one direction of that state (the lm head's row for each); the calibration
+        finds others in it that separate a sarcastic thanks from a real one better (issue 12)."""
         method = method or self.settings.judge_method
+        info: dict[str, Any] = {}
         if method == "ask":
             text = self.ask_prompt(turn, ns)
             lps = np.array(self.choice_logps(text, [f" {w}" for w in LABELS], cancel))
-            info = {"prompt_tokens": len(self.engine.tokenize(text))}
         elif method == "score":
             text, info = self.prompt(EVAL_SYSTEM, turn, ns, prefill=SCORE_PREFILL)
             probs = self.verdict_probs(text, cancel)
             lps = np.log([max(probs[v], 1e-9) for v in ("-1", "0", "1")])
         else:
             raise ValueError(f"unknown judge method {method!r}: 'ask' or 'score'")
+        tokens = self.engine.tokenize(text)
+        hidden = self.context.hidden(tokens, cancel)  # the KV cache holds the prompt: two tokens' work
         # and who answered: a tool's result is never "no evidence", a user's message may be
-        return [round(float(v), 4) for v in lps - np.logaddexp.reduce(lps)] + [float(ns.role == "tool")], info
+        plain = [round(float(v), 4) for v in lps - np.logaddexp.reduce(lps)] + [float(ns.role == "tool")]
+        return plain + hidden.tolist(), {**info, "prompt_tokens": len(tokens)}
 
     def choice_logps(self, text: str, endings: list[str], cancel: threading.Event | None = None) -> list[float]:
         """log P(text + ending | text) for each ending: one forward pass over the longest token
@@ -264,7 +270,7 @@ class Judge:
         if self._calibration is None:
             self._calibration = self.calibrator.load_or_fit(
                 lambda turn, ns: self.features(turn, ns, cancel=cancel)[0], self.settings.judge_method,
-                self.engine.model_path, PROMPTS, progress=self._on_progress)
+                self.engine.model_path, PROMPTS, plain=PLAIN, progress=self._on_progress)
         return self._calibration
 
     def trust(self) -> dict[str, Any]:
@@ -293,7 +299,7 @@ class Judge:
         # so a misread costs little, unlike a wrong-sign reward. A judge no confidence makes safe
         # (feedback_only) writes none: then only the user's own feedback teaches.
         hint = evidence_hint(turn, ns, top_verdict(p)) if cal.mode != "feedback_only" else None
-        probs = {"1": p[2], "0": p[1], "-1": p[0], **{f"x_{i}": round(v, 4) for i, v in enumerate(x)}}
+        probs = {"1": p[2], "0": p[1], "-1": p[0], **{f"x_{i}": round(v, 4) for i, v in enumerate(x[:PLAIN])}}
         timings = {"total_s": round(time.perf_counter() - t0, 3),
                    "waited_for_users_s": round(self.context.waited_s - waited0, 3), **info}
         return Judgment(turn_id=turn.id, method=cal.method, score=score, judge_model=self.engine.model_path.name,  # type: ignore[arg-type]

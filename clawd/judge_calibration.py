@@ -1,9 +1,13 @@
 """How far to trust the judge, per model file (design §6).
 
-The judge's raw reading of a turn is a short feature vector (method `ask`: the log-odds of Yes
-for each question; `score`: log P of each verdict). Here a softmax regression, fitted on the
-shipped labeled cases (`clawd/data/judge_cases.jsonl`, the tuning split of the corpus) with the
-served model's own features, maps it to P(-1), P(0), P(+1). Five-fold cross-validation on the
+The judge's raw reading of a turn (judge.Judge.features) is log P of each verdict word, whether a
+tool answered, and the model's final hidden state where it reads the verdict (n_embd floats).
+Here a softmax regression, fitted on the shipped labeled cases (`clawd/data/judge_cases.jsonl`,
+the tuning split of the corpus) with the served model's own features, maps it to P(-1), P(0),
+P(+1); the hidden state enters as its first COMPONENTS principal components on those cases. The
+verdict words read one direction of that state; the regression finds the others that tell a
+sarcastic thanks or a terse change request from approval (issue 12: with them, cross-validated
+accuracy at the trusted threshold 0.57 -> 0.68 on Qwen2.5-Coder-0.5B, 0.35 -> 0.56 on SmolLM2). Five-fold cross-validation on the
 same cases says how good that is for this model: accuracy, the wrong-sign rate (a -1 case
 judged +1 or the reverse) and the share of ±1 cases decided, and picks the confidence below
 which a verdict is 0. The held-out split (tests/data/judge_heldout.jsonl) is never read here:
@@ -43,7 +47,12 @@ CASES = Path(__file__).parent / "data" / "judge_cases.jsonl"
 CLASSES = (-1, 0, 1)  # column order of every probability row
 FOLDS = 5
 L2 = 1.0  # ridge on the standardized features: ~100 cases, a handful of features
-VERSION = 1  # of this fitting code; part of the cache key
+# The hidden state (n_embd: 896 for Qwen2.5-0.5B) is reduced to its first principal components
+# on the cases before the regression: ~100-200 cases cannot fit 896 weights per class.
+COMPONENTS = 32
+HIDDEN_L2 = 3.0  # ridge once the components join the features
+STEPS = 2000  # gradient steps of the fit with components (enough to converge; milliseconds)
+VERSION = 2  # of this fitting code; part of the cache key
 TrustMode = Literal["trusted", "confident_only", "feedback_only"]
 Features = Callable[[Turn, NextState], list[float]]
 
@@ -88,8 +97,25 @@ def _softmax(a: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def fit(x: np.ndarray, y: np.ndarray, plain: int | None = None) -> dict[str, list]:
+    """The calibration's model: x (n, d) is `plain` features used as they are (all of them if
+    None), then the hidden state (n, d - plain), projected onto its first COMPONENTS principal
+    components, fitted here on these cases only (so cross-validation refits them per fold)."""
+    if plain is None or plain >= x.shape[1]:
+        return fit_softmax(x, y)
+    hidden = x[:, plain:]
+    # rounded as stored (the cache is JSON), so the fit sees what a reload will
+    center = hidden.mean(0).round(4)  # (n_embd,)
+    basis = np.linalg.svd(hidden - center, full_matrices=False)[2][:min(COMPONENTS, len(x) - 1)].round(5)  # (k, n_embd)
+    model = fit_softmax(np.hstack([x[:, :plain], (hidden - center) @ basis.T]), y, l2=HIDDEN_L2, steps=STEPS)
+    return {**model, "plain": [plain], "center": center.tolist(), "basis": basis.tolist()}
+
+
 def predict(model: dict[str, list], x: np.ndarray) -> np.ndarray:
     """P over CLASSES, (n, 3), for features x (n, d)."""
+    if "basis" in model:
+        plain = int(model["plain"][0])
+        x = np.hstack([x[:, :plain], (x[:, plain:] - np.array(model["center"])) @ np.array(model["basis"]).T])
     z = (x - np.array(model["mean"])) / np.array(model["scale"])
     return _softmax(z @ np.array(model["w"]) + np.array(model["b"]))
 
@@ -103,13 +129,13 @@ def folds(y: np.ndarray, k: int = FOLDS) -> np.ndarray:
     return out
 
 
-def cross_val_probs(x: np.ndarray, y: np.ndarray, k: int = FOLDS) -> np.ndarray:
+def cross_val_probs(x: np.ndarray, y: np.ndarray, plain: int | None = None, k: int = FOLDS) -> np.ndarray:
     """Each case's P from a fit on the other folds: what the judge would say of a case it was not fitted on."""
     f, out = folds(y, k), np.zeros((len(y), len(CLASSES)))
     for i in range(k):
         test = f == i
         if test.any() and (~test).any():
-            out[test] = predict(fit_softmax(x[~test], y[~test]), x[test])
+            out[test] = predict(fit(x[~test], y[~test], plain), x[test])
     return out
 
 
@@ -178,9 +204,9 @@ class Calibration:
 
 
 def calibrate(x: np.ndarray, y: np.ndarray, model: str, method: str, min_accuracy: float,
-              max_wrong_sign: float, seconds_per_case: float) -> Calibration:
+              max_wrong_sign: float, seconds_per_case: float, plain: int | None = None) -> Calibration:
     """Fit on all cases; judge the fit by cross-validation; choose the mode and its threshold."""
-    p = cross_val_probs(x, y)
+    p = cross_val_probs(x, y, plain)
     t_trusted = best_threshold(p, y, max_wrong_sign)
     cv_trusted = metrics(verdicts(p, t_trusted), y)
     if t_trusted is not None and cv_trusted["accuracy"] >= min_accuracy:
@@ -191,7 +217,7 @@ def calibrate(x: np.ndarray, y: np.ndarray, model: str, method: str, min_accurac
         mode = "confident_only" if threshold is not None else "feedback_only"
     return Calibration(model=model, method=method, mode=mode, threshold=threshold, cases=len(y),
                        cv=metrics(verdicts(p, threshold), y), cv_trusted=cv_trusted,
-                       seconds_per_case=round(seconds_per_case, 3), fit=fit_softmax(x, y))
+                       seconds_per_case=round(seconds_per_case, 3), fit=fit(x, y, plain))
 
 
 class Calibrator:
@@ -220,7 +246,7 @@ class Calibrator:
             path.unlink(missing_ok=True)
             return None
 
-    def load_or_fit(self, features: Features, method: str, model: Path, prompts: str,
+    def load_or_fit(self, features: Features, method: str, model: Path, prompts: str, plain: int | None = None,
                     progress: Callable[[int, int], None] | None = None) -> Calibration:
         key = self.key(model, method, prompts)
         cal = self.cached(key)
@@ -240,7 +266,7 @@ class Calibrator:
                 log.info("judge calibration: %d of %d cases", i + 1, len(cases))
         per_case = (time.perf_counter() - t0) / max(len(cases) - n0, 1)
         cal = calibrate(np.array(xs), np.array([c["label"] for c in cases]), model.name, method,
-                        self.min_accuracy, self.max_wrong_sign, per_case)
+                        self.min_accuracy, self.max_wrong_sign, per_case, plain)
         self._partial.pop(key, None)
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.cache_dir / f".{key}.tmp"

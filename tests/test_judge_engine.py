@@ -10,12 +10,13 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import seed_judge
 
 from clawd.config import Settings, bundled_model_path
 from clawd.engine import Engine, GenInfo, Sampling
-from clawd.judge import Judge
+from clawd.judge import PLAIN, Judge
 from clawd.prompt_cache import reusable
 from clawd.records import NextState, ToolCall, Turn
 
@@ -93,6 +94,26 @@ def test_sequence_score_matches_the_serving_logprobs(engine):
     assert ctx.tokens == prompt  # scoring left only the prompt behind
 
 
+def test_hidden_state_is_read_from_the_cached_prompt_and_leaves_scoring_as_it_was(engine):
+    """hidden() turns llama.cpp's embeddings on for one token's decode: the vector is the same
+    from a warm cache as from a cold one, differs for another prompt, and scoring after it gives
+    what it gave before (embeddings off again, the KV cache holding the prompt)."""
+    prompt = chat(engine, "Name three rivers in Europe.")
+    other = chat(engine, "Write a haiku about the sea.")
+    ctx = engine.background_context(1024)
+    cont = engine.llm.tokenize(b" The Danube", add_bos=False)
+    before = ctx.score(prompt, [cont])
+    warm = ctx.hidden(prompt)
+    assert warm.shape == (576,) and ctx.tokens == prompt
+    assert ctx.score(prompt, [cont]) == pytest.approx(before, abs=1e-4)
+    ctx._truncate(0)
+    cold = ctx.hidden(prompt)
+    far = ctx.hidden(other)
+    near_gap, far_gap = np.abs(warm - cold).max(), np.abs(warm - far).max()
+    print(f"hidden state: warm vs cold {near_gap:.4f}, another prompt {far_gap:.2f} (max abs difference)")
+    assert near_gap < 0.05 * far_gap
+
+
 def test_user_request_mid_judge_is_served_first(engine):
     judge = Judge(engine, None, Settings(judge_budget_tokens=1024, home=Path(tempfile.mkdtemp())))
     ctx = judge.context
@@ -121,10 +142,11 @@ def test_user_request_mid_judge_is_served_first(engine):
     x, _ = result["x"]
     assert first is not None and 1 + len(rest) >= 1
     assert judge_alive, "the judge was still at work when the request was served"
-    assert len(x) == 4 and all(v <= 0 for v in x[:3])  # log P of each verdict word, normalized; who answered
+    # log P of each verdict word, normalized; who answered; then the hidden state (SmolLM2: 576)
+    assert len(x) == PLAIN + 576 and all(v <= 0 for v in x[:3])
     assert ctx.waited_s > waited0  # the judge waited for the user, then resumed and finished
     print(f"\nmid-judge request: lock after {got_lock - t0:.3f}s, first token after {t_first - t0:.3f}s; "
-          f"judge waited {ctx.waited_s - waited0:.2f}s in all, finished with {x}")
+          f"judge waited {ctx.waited_s - waited0:.2f}s in all, finished with {x[:PLAIN]}")
 
 
 def test_user_request_aborts_a_background_prompt_batch(engine):

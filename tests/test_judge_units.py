@@ -12,10 +12,12 @@ import pytest
 from clawd.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
 from clawd.judge import SHOTS, cut_middle
 from clawd.judge_calibration import (
+    COMPONENTS,
     best_threshold,
     calibrate,
     case_turn,
     cross_val_probs,
+    fit,
     fit_softmax,
     folds,
     metrics,
@@ -67,6 +69,25 @@ def test_folds_are_stratified_and_cross_validation_never_sees_its_case():
     x = np.where(y[:, None] == 1, 2.0, np.where(y[:, None] == -1, -2.0, 0.0)) + np.linspace(0, 0.1, 25)[:, None]
     x[0] = -2.0
     assert cross_val_probs(x, y)[0].argmax() == 0
+
+
+def test_hidden_state_enters_through_its_principal_components():
+    """A 'hidden state' of 40 dims: the label lives in one direction of large variance, the plain
+    feature is noise. The fit finds it through the components (fitted on the training cases), a
+    plain-only fit cannot; and the stored fit, through JSON, predicts the same."""
+    rng = np.random.default_rng(1)
+    y = np.array([1] * 30 + [-1] * 30 + [0] * 20)
+    direction = rng.normal(0, 1, 40)
+    direction /= np.linalg.norm(direction)
+    hidden = rng.normal(0, 0.3, (80, 40)) + np.outer(y * 4.0, direction) + np.outer((y == 0) * 1.0, rng.normal(0, 1, 40))
+    x = np.hstack([rng.normal(0, 1, (80, 1)), hidden])
+    model = fit(x, y, plain=1)
+    assert np.array(model["basis"]).shape == (COMPONENTS, 40) and model["plain"] == [1]
+    new = np.hstack([[[0.0], [0.0]], np.outer([4.0, -4.0], direction)])
+    assert list(predict(model, new).argmax(1)) == [2, 0]  # columns are -1, 0, +1
+    assert metrics(verdicts(cross_val_probs(x, y, plain=1), 0.5), y)["accuracy"] > 0.9
+    assert metrics(verdicts(cross_val_probs(x[:, :1], y), 0.5), y)["accuracy"] < 0.6
+    assert np.allclose(predict(json.loads(json.dumps(model)), new), predict(model, new))
 
 
 def test_trust_modes():
