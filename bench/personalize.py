@@ -164,7 +164,9 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, b
     d = Daemon(method, args, home).start()
     try:
         ev = base or evaluate(d, sc, args)
+        # the model the daemon serves, as it says: without --model, its default (Qwen once assembled)
         run: dict[str, Any] = {"method": method, "seed": seed, "settings": d.settings,
+                               "model": Path(d.status()["model"]["path"]).name,
                                "curve": [{"feedback_turns": 0, "adapter": None, "eval": ev}], "turns": [], "rounds": []}
         print(f"  0 feedback turns (base{', shared' if base else ''}): {point_text(run['curve'][0], ev)}", flush=True)
         converse_and_learn(d, sc, seed, args, run)

@@ -20,6 +20,14 @@ def point_text(point: dict[str, Any], base: dict[str, Any]) -> str:
             f"degenerate {ev['probe_degenerate']:.2f})")
 
 
+def served_model(result: dict[str, Any], run: dict[str, Any]) -> str:
+    """The model file a run's daemon served (recorded from its status; older results have only
+    the --model flag, and without it the daemon served its default, not necessarily SmolLM2)."""
+    if run.get("model"):
+        return run["model"]
+    return Path(result["config"]["model"]).name if result["config"]["model"] else "the daemon's default"
+
+
 def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
     """One run's numbers without its answers: what bench/results/ keeps."""
     sc, run = result["scenarios"][scenario], result["scenarios"][scenario]["runs"][key]
@@ -27,7 +35,7 @@ def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
     turns = run["turns"]
     return {
         "scenario": scenario, "preference": sc["preference"], "method": run["method"], "seed": run["seed"],
-        "model": Path(result["config"]["model"]).name if result["config"]["model"] else "SmolLM2-135M (bundled)",
+        "model": served_model(result, run),
         "settings": run.get("settings"), "loop_flags": result["loop_flags"], "daemon_args": result["config"]["daemon_args"],
         "threads": result["config"]["threads"], "heldout_prompts": sc["heldout"], "probes": sc["probes"],
         "curve": [{"feedback_turns": p["feedback_turns"], "adapter": p["adapter"],
@@ -109,7 +117,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_xlim(-0.5, turns + 0.5)
     axes[0][0].set_ylabel("held-out adherence (degenerate dashed, probes dotted)")
     axes[0][-1].legend(fontsize=8)
-    model = Path(result["config"]["model"]).name if result["config"]["model"] else "SmolLM2-135M (bundled)"
+    model = served_model(result, next((r for s in result["scenarios"].values() for r in s["runs"].values()), {}))
     fig.suptitle(f"clawd personalize — {model}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
