@@ -160,9 +160,11 @@ class BackgroundContext:
             self._ctx.kv_cache_seq_rm(-1, n, -1)
             del self.tokens[n:]
 
-    def _prefill(self, prompt: list[int], cancel: threading.Event | None) -> np.ndarray:
+    def _prefill(self, prompt: list[int], cancel: threading.Event | None, hidden: bool = False) -> np.ndarray:
         """Bring the KV cache to `prompt`, reusing the longest common prefix (the m votes on one
-        turn share their prompt), and return the logits after its last token."""
+        turn share their prompt), and return the logits after its last token, or with `hidden`
+        the final hidden state there (the last token decoded alone, so that only it goes through
+        the lm head with embeddings on)."""
         if len(prompt) >= self.n_ctx:
             raise ValueError(f"background prompt of {len(prompt)} tokens does not fit {self.n_ctx}")
         keep = 0
@@ -171,11 +173,14 @@ class BackgroundContext:
                 break
             keep += 1
         self._truncate(min(keep, len(prompt) - 1))  # the last token is evaluated again for fresh logits
-        logits = None
-        while len(self.tokens) < len(prompt):
+        out = None
+        end = len(prompt) - 1 if hidden else len(prompt)
+        while len(self.tokens) < end:
             n = len(self.tokens)
-            logits = self._decode_all(prompt[n:n + self.batch], False, cancel)
-        return logits  # type: ignore[return-value]
+            out = self._decode_all(prompt[n:min(n + self.batch, end)], False, cancel)
+        if hidden:
+            out = self._decode_all(prompt[-1:], False, cancel, hidden=True)
+        return out  # type: ignore[return-value]
 
     # -- what the judge uses ----------------------------------------------------------------------
     def generate(self, prompt: list[int], temperature: float, max_tokens: int, seed: int | None = None,
@@ -213,8 +218,5 @@ class BackgroundContext:
     def hidden(self, prompt: list[int], cancel: threading.Event | None = None) -> np.ndarray:
         """The final hidden state at the last token of `prompt`, shape (n_embd,): what the model
         knows there, before the lm head turns it into one next-token distribution. The rest of
-        the prompt is reused from the KV cache (after `score` on the same prompt: two tokens)."""
-        if len(prompt) < 2:
-            raise ValueError("a hidden state needs a prompt of two tokens or more")
-        self._prefill(prompt[:-1], cancel)
-        return self._decode_all(prompt[-1:], False, cancel, hidden=True)
+        the prompt is reused from the KV cache (after `score` on the same prompt: one token)."""
+        return self._prefill(prompt, cancel, hidden=True)

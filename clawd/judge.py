@@ -240,7 +240,7 @@ class Judge:
         else:
             raise ValueError(f"unknown judge method {method!r}: 'ask' or 'score'")
         tokens = self.engine.tokenize(text)
-        hidden = self.context.hidden(tokens, cancel)  # the KV cache holds the prompt: two tokens' work
+        hidden = self.context.hidden(tokens, cancel)  # the KV cache holds the prompt: one token's work
         # and who answered: a tool's result is never "no evidence", a user's message may be
         plain = [round(float(v), 4) for v in lps - np.logaddexp.reduce(lps)] + [float(ns.role == "tool")]
         return plain + hidden.tolist(), {**info, "prompt_tokens": len(tokens)}

@@ -6,9 +6,9 @@ Here a softmax regression, fitted on the shipped labeled cases (`clawd/data/judg
 the tuning split of the corpus) with the served model's own features, maps it to P(-1), P(0),
 P(+1); the hidden state enters as its first COMPONENTS principal components on those cases. The
 verdict words read one direction of that state; the regression finds the others that tell a
-sarcastic thanks or a terse change request from approval (issue 12: with them, cross-validated
-accuracy at the trusted threshold 0.57 -> 0.68 on Qwen2.5-Coder-0.5B, 0.35 -> 0.56 on SmolLM2). Five-fold cross-validation on the
-same cases says how good that is for this model: accuracy, the wrong-sign rate (a -1 case
+sarcastic thanks or a terse change request from approval (issue 12, bench/judge.py: with them,
+cross-validated accuracy at the trusted threshold 0.55 -> 0.72 on Qwen2.5-Coder-0.5B, 0.34 -> 0.62
+on SmolLM2). Five-fold cross-validation on the same cases says how good that is for this model: accuracy, the wrong-sign rate (a -1 case
 judged +1 or the reverse) and the share of ±1 cases decided, and picks the confidence below
 which a verdict is 0. The held-out split (tests/data/judge_heldout.jsonl) is never read here:
 only bench/judge.py reports on it.
