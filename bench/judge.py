@@ -19,6 +19,7 @@ Results go to bench/results/judge-<model>.json.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import subprocess
@@ -37,9 +38,10 @@ sys.path.insert(0, str(ROOT))
 from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.engine import Engine, GenInfo, Sampling  # noqa: E402
 from clawd.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
-from clawd.judge import PLAIN, Judge  # noqa: E402
+from clawd.judge import PLAIN, PROMPTS, Judge  # noqa: E402
 from clawd.judge_calibration import (  # noqa: E402
     CASES,
+    best_threshold,
     calibrate,
     case_turn,
     cross_val_probs,
@@ -50,17 +52,34 @@ from clawd.judge_calibration import (  # noqa: E402
     verdicts,
 )
 
-HELDOUT = ROOT / "tests" / "data" / "judge_heldout.jsonl"
+# Two held-out splits, each written apart from the tuning split and from each other; no choice
+# looks at either. The second was written after the first had been measured several times.
+HELDOUT = {"heldout": ROOT / "tests" / "data" / "judge_heldout.jsonl",
+           "heldout2": ROOT / "tests" / "data" / "judge_heldout2.jsonl"}
 
 
-def features(judge: Judge, cases: list[dict], method: str) -> tuple[np.ndarray, float]:
-    xs, t0 = [], time.perf_counter()
+def features(judge: Judge, cases: list[dict], method: str) -> tuple[dict[str, np.ndarray], float]:
+    """Each case's features as the daemon reads them ("mid": the state at half depth), and beside
+    them with the final hidden state ("final", the calibration before) from the same decode.
+    Kept in bench/out/ by model, method, prompts and cases, so a rerun (or a crash after the
+    tuning split) does not measure them again."""
+    key = hashlib.sha256(json.dumps([judge.engine.model_path.name, method, PROMPTS, judge.layer, cases]).encode())
+    cache = ROOT / "bench" / "out" / f"judge-features-{key.hexdigest()[:16]}.npz"
+    if cache.is_file():
+        got = np.load(cache)
+        return {"mid": got["mid"], "final": got["final"]}, float(got["seconds"])
+    xs: dict[str, list] = {"mid": [], "final": []}
+    t0 = time.perf_counter()
     for i, c in enumerate(cases):
-        x, _ = judge.features(*case_turn(c), method=method)
-        xs.append(x)
+        plain, hidden, _ = judge.raw_features(*case_turn(c), method=method, layers=(judge.layer, None))
+        xs["mid"].append(plain + hidden[judge.layer].tolist())
+        xs["final"].append(plain + hidden[None].tolist())
         print(f"  {method} {i + 1}/{len(cases)} {c['id']:28s} label {c['label']:+d}  "
-              + " ".join(f"{v:+.2f}" for v in x[:PLAIN]), file=sys.stderr, flush=True)
-    return np.array(xs), (time.perf_counter() - t0) / max(len(cases), 1)
+              + " ".join(f"{v:+.2f}" for v in plain), file=sys.stderr, flush=True)
+    out, seconds = {k: np.array(v) for k, v in xs.items()}, (time.perf_counter() - t0) / max(len(cases), 1)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(cache, seconds=seconds, **out)
+    return out, seconds
 
 
 def report(cases: list[dict], v: np.ndarray, p: np.ndarray) -> dict:
@@ -120,20 +139,24 @@ def mid_judge_wait(judge: Judge, cases: list[dict], reps: int) -> dict:
     return {"lock_wait_s": [round(w, 4) for w in waits], "lock_wait_s_max": round(max(waits), 4)}
 
 
-def evaluate(settings: Settings, model: Path, method: str, tune: list[dict], held: list[dict], x: np.ndarray,
-             xh: np.ndarray | None, plain: int | None, s_tune: float, s_held: float) -> dict:
+def evaluate(settings: Settings, model: Path, method: str, tune: list[dict], held: dict[str, list[dict]],
+             x: np.ndarray, xh: dict[str, np.ndarray], plain: int | None, s_tune: float, s_held: float) -> dict:
     """Calibrate on the tuning split as the daemon does; its cross-validation, and its verdicts
-    on the held-out split."""
+    on each held-out split."""
     y = np.array([c["label"] for c in tune])
     cal = calibrate(x, y, model.name, method, settings.judge_min_accuracy, settings.judge_max_wrong_sign, s_tune,
                     plain=plain)
     p_cv = cross_val_probs(x, y, plain)
     res = {"mode": cal.mode, "threshold": cal.threshold, "s_per_turn": round(s_tune, 3), "cv_trusted": cal.cv_trusted,
            "tune_cv": report(tune, verdicts(p_cv, cal.threshold), p_cv)}
-    if xh is not None:
-        ph = predict(cal.fit, xh)
-        res["heldout"] = report(held, verdicts(ph, cal.threshold), ph)
-        res["s_per_turn"] = round((s_tune * len(tune) + s_held * len(held)) / (len(tune) + len(held)), 3)
+    for split, cases in held.items():
+        ph = predict(cal.fit, xh[split])
+        res[split] = report(cases, verdicts(ph, cal.threshold), ph)
+        # what a trusted judge would decide: the threshold that kept cross-validated wrong-sign within the maximum
+        t3 = best_threshold(p_cv, y, settings.judge_max_wrong_sign)
+        res[split]["at_trusted_threshold"] = metrics(verdicts(ph, t3), np.array([c["label"] for c in cases]))
+    n_held = sum(len(c) for c in held.values())
+    res["s_per_turn"] = round((s_tune * len(tune) + s_held * n_held) / (len(tune) + n_held), 3)
     return res
 
 
@@ -144,13 +167,17 @@ def qwen_model() -> Path | None:
 
 
 def print_summary(name: str, method: str, res: dict) -> None:
-    for split in ("tune_cv", "heldout"):
+    for split in ("tune_cv", *HELDOUT):
         if split not in res:
             continue
         r = res[split]
         print(f"  {method:5s} {split:8s} accuracy {r['accuracy']:.2f}  wrong-sign {r['wrong_sign']:.3f}  "
               f"decided {r['decided']:.2f}  hint yield {r['hint_yield']:.2f} ({r['hints_quoting_tool_output']} quote a tool)"
               f"  n={r['n']}")
+        if "at_trusted_threshold" in r:
+            m = r["at_trusted_threshold"]
+            print(f"        at the trusted threshold: accuracy {m['accuracy']:.2f}  wrong-sign {m['wrong_sign']:.3f}  "
+                  f"decided {m['decided']:.2f}")
         for f, m in r["families"].items():
             print(f"        {f:24s} acc {m['accuracy']:.2f} wrong-sign {m['wrong_sign']:.2f} decided {m['decided']:.2f} n={m['n']}")
     print(f"  {method} mode {res['mode']} threshold {res['threshold']}  {res['s_per_turn']:.2f} s/turn")
@@ -177,26 +204,32 @@ def main() -> None:
 
     models = args.model or [m for m in (bundled_model_path(), qwen_model()) if m is not None]
     tune = load_cases(CASES)
-    held = load_cases(HELDOUT) if args.split == "all" else []
+    held = {name: load_cases(path) for name, path in HELDOUT.items()} if args.split == "all" else {}
     settings = Settings(home=Path(tempfile.mkdtemp()))
     for model in models:
         engine = Engine(model, n_ctx=settings.judge_budget_tokens + 1024, threads=args.threads)
         judge = Judge(engine, None, settings)
-        out: dict = {"model": model.name, "tune_cases": len(tune), "heldout_cases": len(held),
+        out: dict = {"model": model.name, "tune_cases": len(tune), "heldout_cases": {k: len(v) for k, v in held.items()},
                      "min_accuracy": settings.judge_min_accuracy, "max_wrong_sign": settings.judge_max_wrong_sign}
-        print(f"\n{model.name}: {len(tune)} tuning cases, {len(held)} held-out", file=sys.stderr)
+        print(f"\n{model.name}: {len(tune)} tuning cases, held out {out['heldout_cases']}", file=sys.stderr)
         if args.timing_only:
             for method in args.methods.split(","):
                 print(f"{model.name} {method}: {timing(judge, tune, method)}")
             continue
         for method in args.methods.split(","):
             x, s_tune = features(judge, tune, method)
-            xh, s_held = features(judge, held, method) if held else (None, 0.0)
-            # what the daemon calibrates (the verdict words and the hidden state), and beside it
-            # the verdict words alone (the calibration before the hidden state joined it)
-            for name, plain, cols in ((method, PLAIN, slice(None)), (f"{method}_words_only", None, slice(PLAIN))):
-                out[name] = res = evaluate(settings, model, method, tune, held, x[:, cols],
-                                           None if xh is None else xh[:, cols], plain, s_tune, s_held)
+            xh, s_held = {}, 0.0
+            for split, cases in held.items():
+                xh[split], s = features(judge, cases, method)
+                s_held += s * len(cases) / sum(len(c) for c in held.values())
+            # what the daemon calibrates (the verdict words and the state at half depth), and
+            # beside it the final hidden state instead (the calibration before), and the verdict
+            # words alone (before any hidden state)
+            for name, layer, plain, cols in ((method, "mid", PLAIN, slice(None)),
+                                             (f"{method}_final_state", "final", PLAIN, slice(None)),
+                                             (f"{method}_words_only", "mid", None, slice(PLAIN))):
+                out[name] = res = evaluate(settings, model, method, tune, held, x[layer][:, cols],
+                                           {k: v[layer][:, cols] for k, v in xh.items()}, plain, s_tune, s_held)
                 print_summary(model.name, name, res)
             write(args, model, out)  # after each method: a long run keeps what it measured
         if args.wait_reps:

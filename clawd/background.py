@@ -5,9 +5,11 @@ Split from engine.py, which owns the weights and the compute lock this context s
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Protocol
 
 import llama_cpp
@@ -18,6 +20,39 @@ from .compute_lock import PriorityLock
 from .sampling import log_softmax, sample
 
 log = logging.getLogger("clawd.background")
+
+
+class _Tensor(ctypes.Structure):
+    """The head of ggml's `struct ggml_tensor` (ggml.h of the pinned llama.cpp), up to its name:
+    what the eval callback reads of a graph node."""
+
+    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
+                ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
+                ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64)]
+
+
+GGML_TYPE_F32 = 0
+
+
+def _ggml_base() -> ctypes.CDLL:
+    """ggml's base library, which llama_cpp loaded with libllama (already in memory): its
+    ggml_backend_tensor_get copies a node's data from whatever device holds it."""
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    path = next(iter(sorted(lib_dir.glob("libggml-base.*"))), None)
+    if path is None:
+        raise RuntimeError(f"llama_cpp's libggml-base is not in {lib_dir}: the layer tap cannot read the graph")
+    lib = ctypes.CDLL(str(path))
+    lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    lib.ggml_backend_tensor_get.restype = None
+    return lib
+
+
+def layer_name(layer: int | None) -> str:
+    """The graph node of a layer's output (the residual stream after block `layer`, before any
+    norm), as llama.cpp's model graphs name it; None: the final hidden state (after the output
+    norm, the lm head's input)."""
+    return "result_norm" if layer is None else f"l_out-{layer}"
 
 
 class Cancelled(Exception):
@@ -66,6 +101,12 @@ class BackgroundContext:
         params.n_batch = params.n_ubatch = batch  # one ubatch per decode: an abort leaves nothing half-done
         params.n_threads = params.n_threads_batch = engine.threads
         params.no_perf = True
+        # The layer tap: llama.cpp calls this for every graph node of a decode, asking whether we
+        # want its data (ask) and then handing it over. It wants nothing unless `_tap` names nodes.
+        self._tap: dict[bytes, np.ndarray | None] = {}
+        self._eval_cb = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)
+        params.cb_eval = self._eval_cb
+        self._ggml = _ggml_base()
         with engine.lock.background():  # allocating next to a decode in progress is not worth the risk
             self._ctx = llama_internals.LlamaContext(model=engine.llm._model, params=params, verbose=False)
             self._batch = llama_internals.LlamaBatch(n_tokens=batch, embd=0, n_seq_max=1, verbose=False)
@@ -76,6 +117,7 @@ class BackgroundContext:
             lambda _: engine.lock.should_yield() or (self._cancel is not None and self._cancel.is_set()))
         self._no_abort = llama_cpp.ggml_abort_callback()
         self.n_embd = llama_cpp.llama_model_n_embd(engine.llm._model.model)
+        self.n_layer = llama_cpp.llama_model_n_layer(engine.llm._model.model)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         self.waited_s = 0.0  # time spent waiting for user requests (and other holders) to finish
         self.steps = 0
@@ -89,36 +131,53 @@ class BackgroundContext:
 
     # -- one decode step under the lock -----------------------------------------------------
     def _decode(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
-                hidden: bool = False) -> np.ndarray | None:
+                tap: tuple[str, ...] = ()) -> np.ndarray | dict[str, np.ndarray] | None:
         """Append `tokens` (at most `batch`) to the KV cache. Returns the logits of the last
-        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab), or with `hidden`
-        the last token's final hidden state (the last layer after its norm, the lm head's input),
-        shape (n_embd,); None when a user request (or `cancel`) stopped the decode: nothing was
-        appended, try again."""
+        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab), or with `tap`
+        the last token's state at each named graph node (`layer_name`), shape (n_embd,) each;
+        None when a user request (or `cancel`) stopped the decode: nothing was appended, try again."""
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         t0 = time.perf_counter()
         with self.engine.lock.background():
             self.waited_s += time.perf_counter() - t0
             self._batch.set_batch(tokens, n_past=len(self.tokens), logits_all=logits_all)
-            # Embeddings on makes llama.cpp output every token of the batch (each through the lm
-            # head), so only for the one decode that needs them.
-            if hidden:
-                llama_cpp.llama_set_embeddings(self._ctx.ctx, True)
+            self._tap = {name.encode(): None for name in tap}
             try:
-                out = self._run(tokens, logits_all, cancel, hidden)
+                out = self._run(tokens, logits_all, cancel)
+                taps = {k.decode(): v for k, v in self._tap.items()}
             finally:
-                if hidden:
-                    llama_cpp.llama_set_embeddings(self._ctx.ctx, False)
+                self._tap = {}
             if out is None:
                 return None
+            result: np.ndarray | dict[str, np.ndarray] = out
+            if tap:
+                rows = {k: v for k, v in taps.items() if v is not None}
+                if len(rows) < len(taps):
+                    raise RuntimeError(f"the model's graph has no node {sorted(set(taps) - set(rows))}: "
+                                       "no layer tap for this architecture")
+                result = {k: v[-1] for k, v in rows.items()}  # the last token's row, (n_embd,)
         self.tokens.extend(tokens)
         self.steps += 1
         self.evaluated += len(tokens)
-        return out
+        return result
 
-    def _run(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
-             hidden: bool) -> np.ndarray | None:
+    def _on_eval(self, node: int, ask: bool, _user: int) -> bool:
+        """llama.cpp's eval callback (a graph node of a decode in this context). Asked, say
+        whether the node is tapped; handed a tapped node's data, copy it as (tokens, n_embd)."""
+        if not self._tap:
+            return not ask  # nothing wanted; when handed data (never, then), carry on
+        t = _Tensor.from_address(node)
+        if ask:
+            return t.name in self._tap
+        if t.type != GGML_TYPE_F32 or t.nb[1] != 4 * t.ne[0]:
+            return True  # not a layer output's layout (f32 rows, contiguous): left None, reported by _decode
+        buf = np.empty((t.ne[1], t.ne[0]), np.float32)  # (tokens in the node, n_embd)
+        self._ggml.ggml_backend_tensor_get(node, buf.ctypes.data, 0, buf.nbytes)
+        self._tap[t.name] = buf
+        return True
+
+    def _run(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray | None:
         """The decode itself, under the lock, the batch set: `_decode`'s result."""
         # Only multi-token decodes can be aborted: one token is short, and the callback costs
         # a GIL round trip per graph node.
@@ -139,19 +198,16 @@ class BackgroundContext:
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc} in the background context")
         # copies: the buffers are overwritten by the next decode
-        if hidden:
-            return np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(self._ctx.ctx, len(tokens) - 1),
-                                         shape=(self.n_embd,)).copy()
         rows = range(len(tokens)) if logits_all else [len(tokens) - 1]
         out = np.stack([np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(self.engine.n_vocab,)).copy()
                         for i in rows])
         return out if logits_all else out[0]
 
     def _decode_all(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
-                    hidden: bool = False) -> np.ndarray:
+                    tap: tuple[str, ...] = ()) -> np.ndarray | dict[str, np.ndarray]:
         """`_decode`, again after each abort (a user request ran in between)."""
         while True:
-            out = self._decode(tokens, logits_all, cancel, hidden)
+            out = self._decode(tokens, logits_all, cancel, tap)
             if out is not None:
                 return out
 
@@ -160,11 +216,11 @@ class BackgroundContext:
             self._ctx.kv_cache_seq_rm(-1, n, -1)
             del self.tokens[n:]
 
-    def _prefill(self, prompt: list[int], cancel: threading.Event | None, hidden: bool = False) -> np.ndarray:
+    def _prefill(self, prompt: list[int], cancel: threading.Event | None,
+                 tap: tuple[str, ...] = ()) -> np.ndarray | dict[str, np.ndarray]:
         """Bring the KV cache to `prompt`, reusing the longest common prefix (the m votes on one
-        turn share their prompt), and return the logits after its last token, or with `hidden`
-        the final hidden state there (the last token decoded alone, so that only it goes through
-        the lm head with embeddings on)."""
+        turn share their prompt), and return the logits after its last token, or with `tap` the
+        states of those graph nodes there (the last token decoded alone: a tap reads its row)."""
         if len(prompt) >= self.n_ctx:
             raise ValueError(f"background prompt of {len(prompt)} tokens does not fit {self.n_ctx}")
         keep = 0
@@ -174,12 +230,12 @@ class BackgroundContext:
             keep += 1
         self._truncate(min(keep, len(prompt) - 1))  # the last token is evaluated again for fresh logits
         out = None
-        end = len(prompt) - 1 if hidden else len(prompt)
+        end = len(prompt) - 1 if tap else len(prompt)
         while len(self.tokens) < end:
             n = len(self.tokens)
             out = self._decode_all(prompt[n:min(n + self.batch, end)], False, cancel)
-        if hidden:
-            out = self._decode_all(prompt[-1:], False, cancel, hidden=True)
+        if tap:
+            out = self._decode_all(prompt[-1:], False, cancel, tap)
         return out  # type: ignore[return-value]
 
     # -- what the judge uses ----------------------------------------------------------------------
@@ -187,7 +243,7 @@ class BackgroundContext:
                  cancel: threading.Event | None = None) -> list[int]:
         """Sample up to `max_tokens` tokens after `prompt`, stopping at end-of-generation."""
         rng = np.random.default_rng(seed)
-        logits = self._prefill(prompt, cancel)
+        logits: np.ndarray = self._prefill(prompt, cancel)  # type: ignore[assignment]
         out: list[int] = []
         limit = min(max_tokens, self.n_ctx - len(prompt))
         while len(out) < limit:
@@ -196,27 +252,35 @@ class BackgroundContext:
                 break
             out.append(token)
             if len(out) < limit:
-                logits = self._decode_all([token], False, cancel)
+                logits = self._decode_all([token], False, cancel)  # type: ignore[assignment]
         return out
 
     def score(self, prompt: list[int], continuations: list[list[int]],
               cancel: threading.Event | None = None) -> list[float]:
         """log P(continuation | prompt) for each continuation: one forward pass over the prompt,
         then the chain rule over each continuation's tokens (a verdict like "-1" may be several)."""
-        first = log_softmax(self._prefill(prompt, cancel))
+        first = log_softmax(self._prefill(prompt, cancel))  # type: ignore[arg-type]
         base = len(self.tokens)
         out = []
         for cont in continuations:
             lp = float(first[cont[0]])
             if len(cont) > 1:
-                rows = self._decode_all(cont[:-1], True, cancel)  # rows[i] predicts cont[i + 1]
+                rows: np.ndarray = self._decode_all(cont[:-1], True, cancel)  # type: ignore[assignment]  # rows[i] predicts cont[i + 1]
                 lp += sum(float(log_softmax(rows[i])[cont[i + 1]]) for i in range(len(cont) - 1))
                 self._truncate(base)
             out.append(lp)
         return out
 
-    def hidden(self, prompt: list[int], cancel: threading.Event | None = None) -> np.ndarray:
-        """The final hidden state at the last token of `prompt`, shape (n_embd,): what the model
-        knows there, before the lm head turns it into one next-token distribution. The rest of
-        the prompt is reused from the KV cache (after `score` on the same prompt: one token)."""
-        return self._prefill(prompt, cancel, hidden=True)
+    def hidden(self, prompt: list[int], layers: tuple[int | None, ...] = (None,),
+               cancel: threading.Event | None = None) -> dict[int | None, np.ndarray]:
+        """The model's state at the last token of `prompt` after each of `layers` (an index: that
+        block's output, the residual stream; None: the final hidden state, after the output norm),
+        shape (n_embd,) each: what the model knows there, before the lm head turns it into one
+        next-token distribution. Read from the decode itself through llama.cpp's eval callback.
+        The rest of the prompt is reused from the KV cache (after `score` on the same prompt: one token)."""
+        for layer in layers:
+            if layer is not None and not 0 <= layer < self.n_layer - 1:
+                # the last block's output keeps only the rows that get logits: use None for it
+                raise ValueError(f"layer {layer} is not a tappable block of this {self.n_layer}-layer model")
+        out: dict[str, np.ndarray] = self._prefill(prompt, cancel, tuple(layer_name(x) for x in layers))  # type: ignore[assignment]
+        return {x: out[layer_name(x)] for x in layers}

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import pytest
 from conftest import seed_judge
@@ -94,24 +95,48 @@ def test_sequence_score_matches_the_serving_logprobs(engine):
     assert ctx.tokens == prompt  # scoring left only the prompt behind
 
 
-def test_hidden_state_is_read_from_the_cached_prompt_and_leaves_scoring_as_it_was(engine):
-    """hidden() turns llama.cpp's embeddings on for one token's decode: the vector is the same
-    from a warm cache as from a cold one, differs for another prompt, and scoring after it gives
-    what it gave before (embeddings off again, the KV cache holding the prompt)."""
+def _embeddings_output(ctx, prompt: list[int]) -> np.ndarray:
+    """llama.cpp's own final hidden state at the prompt's last token (embeddings on for its
+    decode): what the layer tap's `result_norm` must equal."""
+    ctx._truncate(len(prompt) - 1)
+    assert ctx.tokens == prompt[:-1]
+    llama_cpp.llama_set_embeddings(ctx._ctx.ctx, True)
+    try:
+        ctx._batch.set_batch(prompt[-1:], n_past=len(ctx.tokens), logits_all=False)
+        assert llama_cpp.llama_decode(ctx._ctx.ctx, ctx._batch.batch) == 0
+        out = np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(ctx._ctx.ctx, 0), shape=(ctx.n_embd,)).copy()
+    finally:
+        llama_cpp.llama_set_embeddings(ctx._ctx.ctx, False)
+    ctx._truncate(len(prompt) - 1)
+    return out
+
+
+def test_layer_tap_reads_the_cached_prompt_and_leaves_scoring_as_it_was(engine):
+    """hidden() reads graph nodes through llama.cpp's eval callback. The final state it taps is
+    the one llama.cpp outputs as embeddings (so the struct it reads and the copy are right); a
+    block's output halfway up is the same from a warm cache as from a cold one, differs for
+    another prompt and from the final state; scoring after it gives what it gave before."""
     prompt = chat(engine, "Name three rivers in Europe.")
     other = chat(engine, "Write a haiku about the sea.")
     ctx = engine.background_context(1024)
+    mid = ctx.n_layer // 2
     cont = engine.llm.tokenize(b" The Danube", add_bos=False)
     before = ctx.score(prompt, [cont])
-    warm = ctx.hidden(prompt)
-    assert warm.shape == (576,) and ctx.tokens == prompt
+    warm = ctx.hidden(prompt, (mid, None))
+    assert set(warm) == {mid, None} and all(v.shape == (576,) for v in warm.values()) and ctx.tokens == prompt
     assert ctx.score(prompt, [cont]) == pytest.approx(before, abs=1e-4)
+    reference = _embeddings_output(ctx, prompt)
+    # the same decode of the same token on the same cache; batch layout alone may round
+    assert np.abs(warm[None] - reference).max() < 1e-3 * np.abs(reference).max()
     ctx._truncate(0)
-    cold = ctx.hidden(prompt)
-    far = ctx.hidden(other)
-    near_gap, far_gap = np.abs(warm - cold).max(), np.abs(warm - far).max()
-    print(f"hidden state: warm vs cold {near_gap:.4f}, another prompt {far_gap:.2f} (max abs difference)")
+    cold = ctx.hidden(prompt, (mid,))[mid]
+    far = ctx.hidden(other, (mid,))[mid]
+    near_gap, far_gap = np.abs(warm[mid] - cold).max(), np.abs(warm[mid] - far).max()
+    print(f"state at block {mid}: warm vs cold {near_gap:.4f}, another prompt {far_gap:.2f} (max abs difference)")
     assert near_gap < 0.05 * far_gap
+    assert np.corrcoef(warm[mid], warm[None])[0, 1] < 0.9  # another layer, not the final state again
+    with pytest.raises(ValueError):
+        ctx.hidden(prompt, (ctx.n_layer - 1,))  # the last block keeps only the logits' rows: use None
 
 
 def test_user_request_mid_judge_is_served_first(engine):

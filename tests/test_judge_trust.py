@@ -15,11 +15,12 @@ from conftest import Daemon, _judge_calibration, seed_judge
 from clawd.judge_calibration import Calibration
 
 # Measured by bench/judge.py on SmolLM2-135M (bench/results/judge-SmolLM2-135M-Instruct.Q4_1.json,
-# 216 cases): cross-validated accuracy 0.62 at the threshold that keeps wrong-sign within 3%
-# with the hidden state, 0.34 from the verdict words alone. The floor leaves room for llama.cpp's
-# kernels rounding differently on other CPUs, and fails a calibration that lost the hidden state;
-# a broken prompt or fit lands near 0.10 (all 0).
-FLOOR = 0.45
+# 456 cases): cross-validated accuracy 0.78 at the threshold that keeps wrong-sign within 3% with
+# the state at half depth, 0.61 with the final hidden state instead, 0.29 from the verdict words
+# alone. The floor leaves room for llama.cpp's kernels rounding differently on other CPUs, and
+# fails a calibration that reads the final state or lost the hidden state; a broken prompt or fit
+# lands near 0.07 (all 0).
+FLOOR = 0.70
 
 
 def calibration() -> Calibration:
@@ -31,8 +32,10 @@ def test_the_bundled_models_judge_holds_its_measured_floor():
     cal = calibration()
     assert cal.model.startswith("SmolLM2") and cal.method == "ask" and cal.cases >= 100
     assert cal.cv_trusted["accuracy"] >= FLOOR
-    assert cal.mode != "trusted"  # 135M parameters do not read corrections well enough: the daemon says so
-    if cal.threshold is not None:
+    # the mode follows the figure: 0.78 here, under the 0.8 that earns trust (135M parameters do
+    # not read corrections well enough, and the daemon says so); a CPU that rounds it past 0.8 trusts it
+    assert (cal.mode == "trusted") == (cal.cv_trusted["accuracy"] >= 0.8)
+    if cal.threshold is not None and cal.mode != "trusted":
         assert cal.cv["wrong_sign"] == 0.0  # the only verdicts that count made no wrong-sign error
 
 

@@ -72,17 +72,17 @@ def test_folds_are_stratified_and_cross_validation_never_sees_its_case():
 
 
 def test_hidden_state_enters_through_its_principal_components():
-    """A 'hidden state' of 40 dims: the label lives in one direction of large variance, the plain
+    """A 'hidden state' of 200 dims: the label lives in one direction of large variance, the plain
     feature is noise. The fit finds it through the components (fitted on the training cases), a
     plain-only fit cannot; and the stored fit, through JSON, predicts the same."""
     rng = np.random.default_rng(1)
-    y = np.array([1] * 30 + [-1] * 30 + [0] * 20)
-    direction = rng.normal(0, 1, 40)
+    y = np.array([1] * 90 + [-1] * 90 + [0] * 60)
+    direction = rng.normal(0, 1, 200)
     direction /= np.linalg.norm(direction)
-    hidden = rng.normal(0, 0.3, (80, 40)) + np.outer(y * 4.0, direction) + np.outer((y == 0) * 1.0, rng.normal(0, 1, 40))
-    x = np.hstack([rng.normal(0, 1, (80, 1)), hidden])
+    hidden = rng.normal(0, 0.3, (240, 200)) + np.outer(y * 4.0, direction) + np.outer((y == 0) * 1.0, rng.normal(0, 1, 200))
+    x = np.hstack([rng.normal(0, 1, (240, 1)), hidden])
     model = fit(x, y, plain=1)
-    assert np.array(model["basis"]).shape == (COMPONENTS, 40) and model["plain"] == [1]
+    assert np.array(model["basis"]).shape == (COMPONENTS, 200) and model["plain"] == [1]
     new = np.hstack([[[0.0], [0.0]], np.outer([4.0, -4.0], direction)])
     assert list(predict(model, new).argmax(1)) == [2, 0]  # columns are -1, 0, +1
     assert metrics(verdicts(cross_val_probs(x, y, plain=1), 0.5), y)["accuracy"] > 0.9
@@ -158,7 +158,7 @@ FAMILIES = {"terse_imperative": -1, "polite_request": -1, "sarcasm": -1, "rephra
 
 def test_corpus_is_well_formed_and_the_splits_are_apart():
     splits = {}
-    for name in ("judge_cases.jsonl", "judge_heldout.jsonl"):
+    for name in ("judge_cases.jsonl", "judge_heldout.jsonl", "judge_heldout2.jsonl"):
         cases = [json.loads(x) for x in (DATA / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         for c in cases:
@@ -171,12 +171,12 @@ def test_corpus_is_well_formed_and_the_splits_are_apart():
                 json.loads(call["arguments"])
             case_turn(c)
         splits[name] = cases
-    tune, held = splits.values()
-    assert len(tune) + len(held) >= 150 and len(held) >= 60
+    tune, held, held2 = splits.values()
+    assert len(tune) + len(held) >= 150 and len(held) >= 60 and len(held2) >= 60
     assert {c["label"] for c in tune} == {1, 0, -1}
     # no case (a request with what came after it), and no worked example, appears in two places
     def pairs(cs):
         return {(c["messages"][-1]["content"].strip().lower(), c["next_state"]["messages"][-1]["content"].strip().lower())
                 for c in cs}
-    assert not pairs(tune) & pairs(held)
-    assert not {(s[0].lower(), s[3].lower()) for s in SHOTS} & (pairs(tune) | pairs(held))
+    assert not pairs(tune) & pairs(held) and not pairs(tune) & pairs(held2) and not pairs(held) & pairs(held2)
+    assert not {(s[0].lower(), s[3].lower()) for s in SHOTS} & (pairs(tune) | pairs(held) | pairs(held2))
