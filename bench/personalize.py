@@ -64,7 +64,7 @@ def main() -> None:
     p.add_argument("--seeds", default="0", help="comma-separated: each seed is one run per scenario and method "
                    "(its own prompt order and sampled answers)")
     p.add_argument("--turns", type=int, default=32,
-                   help="feedback turns (answers the user reacted to) per run; the daemon trains every train_batch (16)")
+                   help="feedback turns (answers the user reacted to) per run; the daemon trains every train_batch (8)")
     p.add_argument("--max-tokens", type=int, default=160, help="longest answer, in conversation and on held-out prompts")
     p.add_argument("--threads", type=int, help="CPU threads for the daemon (llama.cpp and training)")
     p.add_argument("--daemon-args", default="", help='more `clawd serve` flags, e.g. "--train-batch 8"; recorded')
