@@ -161,6 +161,11 @@ def learning_settings(serve_argv: list[str]) -> dict[str, Any]:
 def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, base: dict | None) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-{sc.name}-{method}-{seed}-"))
     t0 = time.time()
+    # The judge's calibration is measured once per model file (minutes); a user's daemon does it
+    # once, so every run after the first starts with the one the first measured.
+    calibrations = args.out / "judge-calibration"
+    if calibrations.is_dir():
+        shutil.copytree(calibrations, home / "judge")
     d = Daemon(method, args, home).start()
     try:
         ev = base or evaluate(d, sc, args)
@@ -171,6 +176,8 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, b
         print(f"  0 feedback turns (base{', shared' if base else ''}): {point_text(run['curve'][0], ev)}", flush=True)
         converse_and_learn(d, sc, seed, args, run)
         run["judge"] = judge_agreement(d, run["turns"])
+        if (home / "judge").is_dir():
+            shutil.copytree(home / "judge", calibrations, dirs_exist_ok=True)
     except BaseException:
         print(f"  failed; the daemon's home is kept: {home}", file=sys.stderr)
         raise
