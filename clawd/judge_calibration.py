@@ -100,16 +100,16 @@ def _softmax(a: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
-def fit(x: np.ndarray, y: np.ndarray, plain: int | None = None) -> dict[str, list]:
+def fit(x: np.ndarray, y: np.ndarray, plain: int | None = None, components: int = COMPONENTS) -> dict[str, list]:
     """The calibration's model: x (n, d) is `plain` features used as they are (all of them if
-    None), then the hidden state (n, d - plain), projected onto its first COMPONENTS principal
+    None), then the hidden state (n, d - plain), projected onto its first `components` principal
     components, fitted here on these cases only (so cross-validation refits them per fold)."""
     if plain is None or plain >= x.shape[1]:
         return fit_softmax(x, y)
     hidden = x[:, plain:]
     # rounded as stored (the cache is JSON), so the fit sees what a reload will
     center = hidden.mean(0).round(4)  # (n_embd,)
-    basis = np.linalg.svd(hidden - center, full_matrices=False)[2][:min(COMPONENTS, len(x) - 1)].round(5)  # (k, n_embd)
+    basis = np.linalg.svd(hidden - center, full_matrices=False)[2][:min(components, len(x) - 1)].round(5)  # (k, n_embd)
     model = fit_softmax(np.hstack([x[:, :plain], (hidden - center) @ basis.T]), y, l2=HIDDEN_L2, steps=STEPS)
     return {**model, "plain": [plain], "center": center.tolist(), "basis": basis.tolist()}
 

@@ -1,0 +1,113 @@
+"""Where the judge should read the model's state: every block's output, on the tuning split only.
+
+    python bench/judge_layers.py --model "$(bash scripts/qwen-model.sh)" --threads 2
+    python bench/judge_layers.py --components 32,64,96,128 --layers 12,13   # the component grid
+
+How the judge's calibration (clawd/judge_calibration.py) was chosen: for every tuning case, the
+verdict words' log P and the state after every block at the verdict's place (one decode taps
+them all, BackgroundContext.hidden), then each choice of block and number of principal components
+scored by repeated stratified 5-fold cross-validation of the daemon's own fit: log-loss, accuracy
+and wrong-sign of the most likely verdict, and accuracy and share decided at the confidence that
+keeps wrong-sign within 3% (picked per shuffle, so optimistic, but alike for every choice). The
+held-out splits are never read here. Features are kept in bench/out/ (about 2 minutes of
+SmolLM2 and 6 of Qwen on 2 cores to measure; the scoring takes seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from clawd.config import Settings, bundled_model_path  # noqa: E402
+from clawd.engine import Engine  # noqa: E402
+from clawd.judge import PLAIN, Judge  # noqa: E402
+from clawd.judge_calibration import CASES, CLASSES, COMPONENTS, HIDDEN_L2, case_turn, fit, load_cases, predict  # noqa: E402
+
+
+def states(model: Path, threads: int, limit: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """PLAIN features (n, PLAIN), the state after every block and the final one (n, n_layer, n_embd),
+    labels (n,): measured once per model file and case set, then read from bench/out/."""
+    cases = load_cases(CASES)[:limit]
+    cache = ROOT / "bench" / "out" / f"judge-layers-{model.stem}-{len(cases)}.npz"
+    if cache.is_file():
+        got = np.load(cache)
+        return got["plain"], got["states"], got["labels"]
+    engine = Engine(model, n_ctx=4096, threads=threads)
+    judge = Judge(engine, None, Settings(home=Path(tempfile.mkdtemp())))
+    layers: tuple[int | None, ...] = (*range(judge.context.n_layer - 1), None)  # the last block is read as the final state
+    plain, rows = [], []
+    for i, c in enumerate(cases):
+        p, hidden, _ = judge.raw_features(*case_turn(c), method="ask", layers=layers)
+        plain.append(p)
+        rows.append(np.stack([hidden[x] for x in layers]).astype(np.float32))
+        print(f"  {i + 1}/{len(cases)} {c['id']}", file=sys.stderr, flush=True)
+    out = np.array(plain), np.stack(rows), np.array([c["label"] for c in cases])
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(cache, plain=out[0], states=out[1], labels=out[2])
+    return out
+
+
+def cross_validate(x: np.ndarray, y: np.ndarray, shuffles: int, components: int = COMPONENTS, folds: int = 5) -> np.ndarray:
+    """P over CLASSES for every case from fits on the other folds, per shuffle: (shuffles, n, 3)."""
+    out = np.zeros((shuffles, len(y), len(CLASSES)))
+    for r in range(shuffles):
+        rng, f = np.random.default_rng(r), np.zeros(len(y), int)
+        for label in CLASSES:
+            idx = np.flatnonzero(y == label)
+            rng.shuffle(idx)
+            f[idx] = np.arange(len(idx)) % folds
+        for i in range(folds):
+            test = f == i
+            out[r, test] = predict(fit(x[~test], y[~test], PLAIN, components), x[test])
+    return out
+
+
+def score(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    cls, signed = np.array(CLASSES), y != 0
+    target = np.array([CLASSES.index(v) for v in y])
+    top = cls[p.argmax(-1)]  # (shuffles, n)
+    at3 = []
+    for r in range(len(p)):
+        best = (0.0, 0.0)
+        for t in np.arange(0.34, 1.0, 0.01):
+            v = np.where(p[r].max(1) >= t, top[r], 0)
+            if ((v * y) < 0).sum() <= 0.03 * signed.sum() and (v == y).mean() > best[0]:
+                best = ((v == y).mean(), ((v != 0) & signed).sum() / signed.sum())
+        at3.append(best)
+    return {"log_loss": float(-np.log(np.maximum(p[:, np.arange(len(y)), target], 1e-9)).mean()),
+            "accuracy": float((top == y).mean()),
+            "wrong_sign": float(((top * y) < 0).sum(1).mean() / signed.sum()),
+            "accuracy_at_3pct": float(np.mean([a for a, _ in at3])), "decided_at_3pct": float(np.mean([d for _, d in at3]))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=bundled_model_path())
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--layers", help="comma-separated blocks to score (default: every one, and 'final')")
+    ap.add_argument("--components", default=str(COMPONENTS), help="comma-separated counts to try")
+    ap.add_argument("--shuffles", type=int, default=4)
+    ap.add_argument("--limit", type=int, help="only the first N tuning cases (a quick look)")
+    args = ap.parse_args()
+    plain, st, y = states(args.model, args.threads, args.limit)
+    names = [str(i) for i in range(st.shape[1] - 1)] + ["final"]
+    chosen = args.layers.split(",") if args.layers else names
+    print(f"{args.model.name}: {len(y)} tuning cases, {st.shape[1] - 1} blocks + final, ridge {HIDDEN_L2}")
+    words = score(cross_validate(plain, y, args.shuffles), y)  # fit() without hidden columns: the words alone
+    print(f"{'words alone':22s} " + "  ".join(f"{k} {v:.3f}" for k, v in words.items()))
+    for k in [int(c) for c in args.components.split(",")]:
+        for name in chosen:
+            x = np.hstack([plain, st[:, names.index(name)]])
+            m = score(cross_validate(x, y, args.shuffles, k), y)
+            print(f"block {name:>5s}, {k:3d} comp.  " + "  ".join(f"{key} {v:.3f}" for key, v in m.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
