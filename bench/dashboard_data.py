@@ -103,7 +103,7 @@ def seed(store, turns: int, per_session: int = 12, prompt_tokens: int = 600, sys
     db.execute("UPDATE sessions SET first_seen = (SELECT MIN(created) FROM turns WHERE session_id = sessions.id),"
                " last_seen = (SELECT MAX(created) FROM turns WHERE session_id = sessions.id)"
                " WHERE id IN (SELECT DISTINCT session_id FROM turns)")
-    for chunk in range(0, len(trained), 16):  # finished rounds of 16 turns, as the trainer records them
+    for chunk in range(0, len(trained), 16):  # finished rounds of 16 turns (a round's size before 8), as the trainer records them
         ids = trained[chunk:chunk + 16]
         run = db.execute("INSERT INTO train_runs (method, status, turn_ids, started, finished) VALUES"
                          " ('combined', 'done', ?, ?, ?)", (json.dumps(ids), now, now)).lastrowid

@@ -2,12 +2,12 @@
 
     python bench/judge.py                          # bundled SmolLM2, plus Qwen2.5-0.5B if scripts/qwen-model.sh works
     python bench/judge.py --model X.gguf           # one model (repeatable)
-    python bench/judge.py --methods ask --split tune   # while developing: never look at the held-out split
+    python bench/judge.py --methods ask --split tune   # while developing: never look at the held-out splits
 
 For each model and method (`ask`: yes/no questions; `score`: P of each \\boxed{} verdict), the
 judge's features are computed on the tuning split (clawd/data/judge_cases.jsonl, what the daemon
-calibrates on) and the held-out split (tests/data/judge_heldout.jsonl, written separately, never
-used for a choice). The calibration is fitted on the tuning split exactly as the daemon does;
+calibrates on) and two held-out splits (tests/data/judge_heldout*.jsonl, each written separately,
+never used for a choice). The calibration is fitted on the tuning split exactly as the daemon does;
 the tuning figures are its 5-fold cross-validation, the held-out figures its verdicts on cases it
 never saw. Reported for each: accuracy, the wrong-sign rate (a -1 case judged +1 or the
 reverse, over the ±1 cases), the share of ±1 cases decided, per family, seconds per turn, and
@@ -149,11 +149,11 @@ def evaluate(settings: Settings, model: Path, method: str, tune: list[dict], hel
     p_cv = cross_val_probs(x, y, plain)
     res = {"mode": cal.mode, "threshold": cal.threshold, "s_per_turn": round(s_tune, 3), "cv_trusted": cal.cv_trusted,
            "tune_cv": report(tune, verdicts(p_cv, cal.threshold), p_cv)}
+    # what a trusted judge would decide: the threshold that kept cross-validated wrong-sign within the maximum
+    t3 = best_threshold(p_cv, y, settings.judge_max_wrong_sign)
     for split, cases in held.items():
         ph = predict(cal.fit, xh[split])
         res[split] = report(cases, verdicts(ph, cal.threshold), ph)
-        # what a trusted judge would decide: the threshold that kept cross-validated wrong-sign within the maximum
-        t3 = best_threshold(p_cv, y, settings.judge_max_wrong_sign)
         res[split]["at_trusted_threshold"] = metrics(verdicts(ph, t3), np.array([c["label"] for c in cases]))
     n_held = sum(len(c) for c in held.values())
     res["s_per_turn"] = round((s_tune * len(tune) + s_held * n_held) / (len(tune) + n_held), 3)
@@ -194,7 +194,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", type=Path, help="GGUF to judge with (repeatable)")
     ap.add_argument("--methods", default="ask,score")
-    ap.add_argument("--split", choices=("tune", "all"), default="all", help="'tune' never reads the held-out split")
+    ap.add_argument("--split", choices=("tune", "all"), default="all", help="'tune' never reads the held-out splits")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--wait-reps", type=int, default=3, help="user requests sent mid-judge (0 = skip)")
     ap.add_argument("--timing-only", action="store_true", help="only seconds per turn (run it on a quiet machine)")

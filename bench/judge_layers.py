@@ -16,6 +16,8 @@ SmolLM2 and 6 of Qwen on 2 cores to measure; the scoring takes seconds).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -27,15 +29,27 @@ sys.path.insert(0, str(ROOT))
 
 from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.engine import Engine  # noqa: E402
-from clawd.judge import PLAIN, Judge  # noqa: E402
-from clawd.judge_calibration import CASES, CLASSES, COMPONENTS, HIDDEN_L2, case_turn, fit, load_cases, predict  # noqa: E402
+from clawd.judge import PLAIN, PROMPTS, Judge  # noqa: E402
+from clawd.judge_calibration import (  # noqa: E402
+    CASES,
+    CLASSES,
+    COMPONENTS,
+    HIDDEN_L2,
+    best_threshold,
+    case_turn,
+    cross_val_probs,
+    load_cases,
+    metrics,
+    verdicts,
+)
 
 
 def states(model: Path, threads: int, limit: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """PLAIN features (n, PLAIN), the state after every block and the final one (n, n_layer, n_embd),
     labels (n,): measured once per model file and case set, then read from bench/out/."""
     cases = load_cases(CASES)[:limit]
-    cache = ROOT / "bench" / "out" / f"judge-layers-{model.stem}-{len(cases)}.npz"
+    key = hashlib.sha256(json.dumps([model.name, model.stat().st_size, PROMPTS, cases]).encode()).hexdigest()[:16]
+    cache = ROOT / "bench" / "out" / f"judge-layers-{model.stem}-{key}.npz"
     if cache.is_file():
         got = np.load(cache)
         return got["plain"], got["states"], got["labels"]
@@ -54,37 +68,19 @@ def states(model: Path, threads: int, limit: int | None) -> tuple[np.ndarray, np
     return out
 
 
-def cross_validate(x: np.ndarray, y: np.ndarray, shuffles: int, components: int = COMPONENTS, folds: int = 5) -> np.ndarray:
-    """P over CLASSES for every case from fits on the other folds, per shuffle: (shuffles, n, 3)."""
-    out = np.zeros((shuffles, len(y), len(CLASSES)))
+def score(x: np.ndarray, y: np.ndarray, shuffles: int, components: int) -> dict[str, float]:
+    """The daemon's fit, cross-validated over `shuffles` shuffles of the folds: log-loss, the most
+    likely verdict's accuracy and wrong-sign, and accuracy and share decided at the confidence that
+    keeps wrong-sign within 3% (picked per shuffle, so optimistic, but alike for every choice)."""
+    target, out = np.array([CLASSES.index(v) for v in y]), []
     for r in range(shuffles):
-        rng, f = np.random.default_rng(r), np.zeros(len(y), int)
-        for label in CLASSES:
-            idx = np.flatnonzero(y == label)
-            rng.shuffle(idx)
-            f[idx] = np.arange(len(idx)) % folds
-        for i in range(folds):
-            test = f == i
-            out[r, test] = predict(fit(x[~test], y[~test], PLAIN, components), x[test])
-    return out
-
-
-def score(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    cls, signed = np.array(CLASSES), y != 0
-    target = np.array([CLASSES.index(v) for v in y])
-    top = cls[p.argmax(-1)]  # (shuffles, n)
-    at3 = []
-    for r in range(len(p)):
-        best = (0.0, 0.0)
-        for t in np.arange(0.34, 1.0, 0.01):
-            v = np.where(p[r].max(1) >= t, top[r], 0)
-            if ((v * y) < 0).sum() <= 0.03 * signed.sum() and (v == y).mean() > best[0]:
-                best = ((v == y).mean(), ((v != 0) & signed).sum() / signed.sum())
-        at3.append(best)
-    return {"log_loss": float(-np.log(np.maximum(p[:, np.arange(len(y)), target], 1e-9)).mean()),
-            "accuracy": float((top == y).mean()),
-            "wrong_sign": float(((top * y) < 0).sum(1).mean() / signed.sum()),
-            "accuracy_at_3pct": float(np.mean([a for a, _ in at3])), "decided_at_3pct": float(np.mean([d for _, d in at3]))}
+        p = cross_val_probs(x, y, PLAIN, components=components, shuffle=r)  # (n, 3)
+        top, t3 = metrics(verdicts(p, 0.0), y), best_threshold(p, y, 0.03)
+        at3 = metrics(verdicts(p, t3), y)
+        out.append({"log_loss": float(-np.log(np.maximum(p[np.arange(len(y)), target], 1e-9)).mean()),
+                    "accuracy": top["accuracy"], "wrong_sign": top["wrong_sign"],
+                    "accuracy_at_3pct": at3["accuracy"], "decided_at_3pct": at3["decided"]})
+    return {k: float(np.mean([o[k] for o in out])) for k in out[0]}
 
 
 def main() -> None:
@@ -100,12 +96,12 @@ def main() -> None:
     names = [str(i) for i in range(st.shape[1] - 1)] + ["final"]
     chosen = args.layers.split(",") if args.layers else names
     print(f"{args.model.name}: {len(y)} tuning cases, {st.shape[1] - 1} blocks + final, ridge {HIDDEN_L2}")
-    words = score(cross_validate(plain, y, args.shuffles), y)  # fit() without hidden columns: the words alone
+    words = score(plain, y, args.shuffles, 0)  # no hidden columns: the words alone
     print(f"{'words alone':22s} " + "  ".join(f"{k} {v:.3f}" for k, v in words.items()))
     for k in [int(c) for c in args.components.split(",")]:
         for name in chosen:
             x = np.hstack([plain, st[:, names.index(name)]])
-            m = score(cross_validate(x, y, args.shuffles, k), y)
+            m = score(x, y, args.shuffles, k)
             print(f"block {name:>5s}, {k:3d} comp.  " + "  ".join(f"{key} {v:.3f}" for key, v in m.items()), flush=True)
 
 

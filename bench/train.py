@@ -10,8 +10,9 @@ log π_old, then forward + backward of the clipped loss with the adapter on, and
 time, median over --steps after one warm-up step. Peak memory: resident set (CPU, reset between
 lengths through /proc/self/clear_refs) or torch's peak allocation (CUDA).
 
-A round is clawd.train.loop.run_round at the daemon's defaults (16 turns, 4 per optimizer step,
-one epoch) on synthetic judged turns of ~ROUND_TOKENS tokens, a quarter of them with a hint: load
+A round is clawd.train.loop.run_round on ROUND_TURNS (16) synthetic judged turns of ~ROUND_TOKENS
+tokens, a quarter of them with a hint, 4 per optimizer step, one epoch (the daemon's default round
+was 16 turns when bench/results/train-*.json was measured; it is 8 now): load
 excluded (the model is loaded first), scoring, steps, checkpoints and the adapter's writing included.
 
 Each backend runs in its own process (Unsloth patches transformers for the whole process, and
@@ -125,7 +126,8 @@ def measure(kind: str, args) -> dict:
 
     return_freed_memory()  # as the trainer child does: peak RSS then follows live tensors
     model = Path(args.model)
-    settings = Settings(home=Path(args.home), threads=args.threads, max_train_tokens=max(LENGTHS), train_backend=kind)
+    settings = Settings(home=Path(args.home), threads=args.threads, max_train_tokens=max(LENGTHS), train_backend=kind,
+                        train_batch=ROUND_TURNS)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     t0 = time.perf_counter()
     backend = load_backend(settings, model, sha256_file(model))

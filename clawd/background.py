@@ -9,12 +9,12 @@ import ctypes
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Protocol
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals as llama_internals  # not public API: pinned version, see tests/test_judge_engine.py
+from llama_cpp._ctypes_extensions import load_shared_library
 
 from .compute_lock import PriorityLock
 from .sampling import log_softmax, sample
@@ -36,13 +36,9 @@ GGML_TYPE_F32 = 0
 
 
 def _ggml_base() -> ctypes.CDLL:
-    """ggml's base library, which llama_cpp loaded with libllama (already in memory): its
-    ggml_backend_tensor_get copies a node's data from whatever device holds it."""
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    path = next(iter(sorted(lib_dir.glob("libggml-base.*"))), None)
-    if path is None:
-        raise RuntimeError(f"llama_cpp's libggml-base is not in {lib_dir}: the layer tap cannot read the graph")
-    lib = ctypes.CDLL(str(path))
+    """ggml's base library, found as llama_cpp finds its own (already in memory with libllama):
+    its ggml_backend_tensor_get copies a node's data from whatever device holds it."""
+    lib = load_shared_library("ggml-base", llama_cpp.llama_cpp._base_path)
     lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
     lib.ggml_backend_tensor_get.restype = None
     return lib
@@ -104,6 +100,8 @@ class BackgroundContext:
         # The layer tap: llama.cpp calls this for every graph node of a decode, asking whether we
         # want its data (ask) and then handing it over. It wants nothing unless `_tap` names nodes.
         self._tap: dict[bytes, np.ndarray | None] = {}
+        self._tap_error: BaseException | None = None  # raised in the callback, where ctypes would swallow it
+        self.tapped: dict[str, np.ndarray] = {}  # the last tapped decode's rows: name -> (n_embd,)
         self._eval_cb = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)
         params.cb_eval = self._eval_cb
         self._ggml = _ggml_base()
@@ -131,18 +129,19 @@ class BackgroundContext:
 
     # -- one decode step under the lock -----------------------------------------------------
     def _decode(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
-                tap: tuple[str, ...] = ()) -> np.ndarray | dict[str, np.ndarray] | None:
+                tap: tuple[str, ...] = ()) -> np.ndarray | None:
         """Append `tokens` (at most `batch`) to the KV cache. Returns the logits of the last
-        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab), or with `tap`
-        the last token's state at each named graph node (`layer_name`), shape (n_embd,) each;
-        None when a user request (or `cancel`) stopped the decode: nothing was appended, try again."""
+        token, shape (n_vocab,), or of every token, shape (len(tokens), n_vocab); with `tap` it
+        also leaves the last token's state at each named graph node (`layer_name`) in `tapped`,
+        shape (n_embd,) each. None when a user request (or `cancel`) stopped the decode: nothing
+        was appended, try again."""
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         t0 = time.perf_counter()
         with self.engine.lock.background():
             self.waited_s += time.perf_counter() - t0
             self._batch.set_batch(tokens, n_past=len(self.tokens), logits_all=logits_all)
-            self._tap = {name.encode(): None for name in tap}
+            self._tap, self._tap_error = {name.encode(): None for name in tap}, None
             try:
                 out = self._run(tokens, logits_all, cancel)
                 taps = {k.decode(): v for k, v in self._tap.items()}
@@ -150,37 +149,42 @@ class BackgroundContext:
                 self._tap = {}
             if out is None:
                 return None
-            result: np.ndarray | dict[str, np.ndarray] = out
-            if tap:
-                rows = {k: v for k, v in taps.items() if v is not None}
-                if len(rows) < len(taps):
-                    raise RuntimeError(f"the model's graph has no node {sorted(set(taps) - set(rows))}: "
-                                       "no layer tap for this architecture")
-                result = {k: v[-1] for k, v in rows.items()}  # the last token's row, (n_embd,)
+            missing = sorted(k for k, v in taps.items() if v is None)
+            if self._tap_error is not None or missing:
+                self._ctx.kv_cache_seq_rm(-1, len(self.tokens), -1)  # the decode happened: take it back
+                if self._tap_error is not None:
+                    raise RuntimeError("reading the model's graph failed") from self._tap_error
+                raise RuntimeError(f"the model's graph has no f32 node {missing}: no layer tap for this architecture")
+            self.tapped = {k: v[-1] for k, v in taps.items() if v is not None}  # the last token's rows
         self.tokens.extend(tokens)
         self.steps += 1
         self.evaluated += len(tokens)
-        return result
+        return out
 
-    def _on_eval(self, node: int, ask: bool, _user: int) -> bool:
-        """llama.cpp's eval callback (a graph node of a decode in this context). Asked, say
-        whether the node is tapped; handed a tapped node's data, copy it as (tokens, n_embd)."""
+    def _on_eval(self, node: int, ask: bool, _user: int | None) -> bool:
+        """llama.cpp's eval callback, for every graph node of a decode in this context. Asked
+        (`ask`), say whether the node is tapped: True cuts the graph there. Handed a tapped node
+        once computed, copy it as (tokens, n_embd) and return True (False would cancel the rest
+        of the graph, and the decode would still report success)."""
         if not self._tap:
-            return not ask  # nothing wanted; when handed data (never, then), carry on
-        t = _Tensor.from_address(node)
-        if ask:
-            return t.name in self._tap
-        if t.type != GGML_TYPE_F32 or t.nb[1] != 4 * t.ne[0]:
-            return True  # not a layer output's layout (f32 rows, contiguous): left None, reported by _decode
-        buf = np.empty((t.ne[1], t.ne[0]), np.float32)  # (tokens in the node, n_embd)
-        self._ggml.ggml_backend_tensor_get(node, buf.ctypes.data, 0, buf.nbytes)
-        self._tap[t.name] = buf
+            return not ask
+        try:
+            t = _Tensor.from_address(node)
+            if ask:
+                return t.name in self._tap
+            if t.type == GGML_TYPE_F32 and t.nb[1] == 4 * t.ne[0]:  # f32 rows, contiguous: a layer output
+                buf = np.empty((t.ne[1], t.ne[0]), np.float32)  # (tokens in the node, n_embd)
+                self._ggml.ggml_backend_tensor_get(node, buf.ctypes.data, 0, buf.nbytes)
+                self._tap[t.name] = buf
+        except BaseException as e:  # ctypes would print it and return False: cancel, silently
+            self._tap_error = e
         return True
 
     def _run(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None) -> np.ndarray | None:
         """The decode itself, under the lock, the batch set: `_decode`'s result."""
-        # Only multi-token decodes can be aborted: one token is short, and the callback costs
-        # a GIL round trip per graph node.
+        # Only multi-token decodes can be aborted: one token is short. (Every decode here already
+        # makes a GIL round trip per graph node for the layer tap's callback, about 800 for Qwen:
+        # the judge decodes a few times a turn, its 0.75 s a turn did not move.)
         abortable = len(tokens) > 1
         if abortable:
             self._cancel = cancel
@@ -204,7 +208,7 @@ class BackgroundContext:
         return out if logits_all else out[0]
 
     def _decode_all(self, tokens: list[int], logits_all: bool, cancel: threading.Event | None,
-                    tap: tuple[str, ...] = ()) -> np.ndarray | dict[str, np.ndarray]:
+                    tap: tuple[str, ...] = ()) -> np.ndarray:
         """`_decode`, again after each abort (a user request ran in between)."""
         while True:
             out = self._decode(tokens, logits_all, cancel, tap)
@@ -216,11 +220,10 @@ class BackgroundContext:
             self._ctx.kv_cache_seq_rm(-1, n, -1)
             del self.tokens[n:]
 
-    def _prefill(self, prompt: list[int], cancel: threading.Event | None,
-                 tap: tuple[str, ...] = ()) -> np.ndarray | dict[str, np.ndarray]:
+    def _prefill(self, prompt: list[int], cancel: threading.Event | None, tap: tuple[str, ...] = ()) -> np.ndarray:
         """Bring the KV cache to `prompt`, reusing the longest common prefix (the m votes on one
-        turn share their prompt), and return the logits after its last token, or with `tap` the
-        states of those graph nodes there (the last token decoded alone: a tap reads its row)."""
+        turn share their prompt), and return the logits after its last token; with `tap` the
+        states of those graph nodes there are left in `tapped` (the last token decoded alone)."""
         if len(prompt) >= self.n_ctx:
             raise ValueError(f"background prompt of {len(prompt)} tokens does not fit {self.n_ctx}")
         keep = 0
@@ -243,7 +246,7 @@ class BackgroundContext:
                  cancel: threading.Event | None = None) -> list[int]:
         """Sample up to `max_tokens` tokens after `prompt`, stopping at end-of-generation."""
         rng = np.random.default_rng(seed)
-        logits: np.ndarray = self._prefill(prompt, cancel)  # type: ignore[assignment]
+        logits = self._prefill(prompt, cancel)
         out: list[int] = []
         limit = min(max_tokens, self.n_ctx - len(prompt))
         while len(out) < limit:
@@ -252,20 +255,20 @@ class BackgroundContext:
                 break
             out.append(token)
             if len(out) < limit:
-                logits = self._decode_all([token], False, cancel)  # type: ignore[assignment]
+                logits = self._decode_all([token], False, cancel)
         return out
 
     def score(self, prompt: list[int], continuations: list[list[int]],
               cancel: threading.Event | None = None) -> list[float]:
         """log P(continuation | prompt) for each continuation: one forward pass over the prompt,
         then the chain rule over each continuation's tokens (a verdict like "-1" may be several)."""
-        first = log_softmax(self._prefill(prompt, cancel))  # type: ignore[arg-type]
+        first = log_softmax(self._prefill(prompt, cancel))
         base = len(self.tokens)
         out = []
         for cont in continuations:
             lp = float(first[cont[0]])
             if len(cont) > 1:
-                rows: np.ndarray = self._decode_all(cont[:-1], True, cancel)  # type: ignore[assignment]  # rows[i] predicts cont[i + 1]
+                rows = self._decode_all(cont[:-1], True, cancel)  # rows[i] predicts cont[i + 1]
                 lp += sum(float(log_softmax(rows[i])[cont[i + 1]]) for i in range(len(cont) - 1))
                 self._truncate(base)
             out.append(lp)
@@ -282,5 +285,5 @@ class BackgroundContext:
             if layer is not None and not 0 <= layer < self.n_layer - 1:
                 # the last block's output keeps only the rows that get logits: use None for it
                 raise ValueError(f"layer {layer} is not a tappable block of this {self.n_layer}-layer model")
-        out: dict[str, np.ndarray] = self._prefill(prompt, cancel, tuple(layer_name(x) for x in layers))  # type: ignore[assignment]
-        return {x: out[layer_name(x)] for x in layers}
+        self._prefill(prompt, cancel, tuple(layer_name(x) for x in layers))
+        return {x: self.tapped[layer_name(x)] for x in layers}

@@ -231,7 +231,7 @@ class Judge:
     def layer(self) -> int:
         """The block whose output the calibration reads: the one at half depth (Qwen2.5-0.5B: 12
         of 24; SmolLM2-135M: 15 of 30)."""
-        return int(self.context.n_layer * LAYER_DEPTH)
+        return min(int(self.context.n_layer * LAYER_DEPTH), self.context.n_layer - 2)  # the last block is not tappable
 
     def features(self, turn: Turn, ns: NextState, method: str | None = None,
                  cancel: threading.Event | None = None) -> tuple[list[float], dict[str, Any]]:

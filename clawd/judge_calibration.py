@@ -10,8 +10,8 @@ verdict words read one direction of that state; the regression finds the others 
 sarcastic thanks or a terse change request from approval (issue 12; bench/judge.py measures it).
 Five-fold cross-validation on the same cases says how good that is for this model: accuracy, the wrong-sign rate (a -1 case
 judged +1 or the reverse) and the share of ±1 cases decided, and picks the confidence below
-which a verdict is 0. The held-out split (tests/data/judge_heldout.jsonl) is never read here:
-only bench/judge.py reports on it.
+which a verdict is 0. The held-out splits (tests/data/judge_heldout*.jsonl) are never read here:
+only bench/judge.py reports on them.
 
 The trust mode that follows:
 - `trusted`: cross-validated accuracy >= judge_min_accuracy; verdicts past the confidence that
@@ -123,22 +123,27 @@ def predict(model: dict[str, list], x: np.ndarray) -> np.ndarray:
     return _softmax(z @ np.array(model["w"]) + np.array(model["b"]))
 
 
-def folds(y: np.ndarray, k: int = FOLDS) -> np.ndarray:
-    """A deterministic stratified fold number for each case: within each label, round robin."""
+def folds(y: np.ndarray, k: int = FOLDS, shuffle: int | None = None) -> np.ndarray:
+    """A stratified fold number for each case: within each label, round robin, in file order (the
+    daemon's, deterministic) or in an order shuffled with seed `shuffle` (bench/judge_layers.py)."""
     out = np.zeros(len(y), dtype=int)
+    rng = None if shuffle is None else np.random.default_rng(shuffle)
     for label in CLASSES:
         idx = np.flatnonzero(y == label)
+        if rng is not None:
+            rng.shuffle(idx)
         out[idx] = np.arange(len(idx)) % k
     return out
 
 
-def cross_val_probs(x: np.ndarray, y: np.ndarray, plain: int | None = None, k: int = FOLDS) -> np.ndarray:
+def cross_val_probs(x: np.ndarray, y: np.ndarray, plain: int | None = None, k: int = FOLDS,
+                    components: int = COMPONENTS, shuffle: int | None = None) -> np.ndarray:
     """Each case's P from a fit on the other folds: what the judge would say of a case it was not fitted on."""
-    f, out = folds(y, k), np.zeros((len(y), len(CLASSES)))
+    f, out = folds(y, k, shuffle), np.zeros((len(y), len(CLASSES)))
     for i in range(k):
         test = f == i
         if test.any() and (~test).any():
-            out[test] = predict(fit(x[~test], y[~test], plain), x[test])
+            out[test] = predict(fit(x[~test], y[~test], plain, components), x[test])
     return out
 
 

@@ -30,7 +30,7 @@ os.environ["CLAWD_MODEL"] = MODEL
 @lru_cache(maxsize=1)
 def _judge_calibration() -> Path:
     """The bundled model's judge calibration (Judge.calibration: the shipped cases, once per model
-    file), measured once per test session (~1-2 minutes) instead of once per fresh home."""
+    file), measured once per test session (~4 minutes on 2 cores) instead of once per fresh home."""
     import tempfile
 
     from clawd.config import Settings, bundled_model_path

@@ -137,6 +137,12 @@ def test_layer_tap_reads_the_cached_prompt_and_leaves_scoring_as_it_was(engine):
     assert np.corrcoef(warm[mid], warm[None])[0, 1] < 0.9  # another layer, not the final state again
     with pytest.raises(ValueError):
         ctx.hidden(prompt, (ctx.n_layer - 1,))  # the last block keeps only the logits' rows: use None
+    # a node the graph does not have: an error, and the context stays usable (the token it
+    # decoded is taken back, so the next decode's positions follow on)
+    with pytest.raises(RuntimeError, match="no f32 node"):
+        ctx._prefill(prompt, None, ("no-such-node",))
+    assert ctx.tokens == prompt[:-1]
+    assert ctx.score(prompt, [cont]) == pytest.approx(before, abs=1e-4)
 
 
 def test_user_request_mid_judge_is_served_first(engine):

@@ -32,9 +32,6 @@ def test_the_bundled_models_judge_holds_its_measured_floor():
     cal = calibration()
     assert cal.model.startswith("SmolLM2") and cal.method == "ask" and cal.cases >= 100
     assert cal.cv_trusted["accuracy"] >= FLOOR
-    # the mode follows the figure: 0.78 here, under the 0.8 that earns trust (135M parameters do
-    # not read corrections well enough, and the daemon says so); a CPU that rounds it past 0.8 trusts it
-    assert (cal.mode == "trusted") == (cal.cv_trusted["accuracy"] >= 0.8)
     if cal.threshold is not None and cal.mode != "trusted":
         assert cal.cv["wrong_sign"] == 0.0  # the only verdicts that count made no wrong-sign error
 
