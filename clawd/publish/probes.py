@@ -4,9 +4,10 @@ Answer-checked probes have one right answer: arithmetic, facts, an instruction t
 ("answer in one word", "reply in uppercase") and a short tool call (one tool offered; its name
 and arguments are checked). 24 of them sit nearer the edge of a 0.5B model's competence
 (two-digit sums, less common facts): a set of only easy ones lost nothing on an adapter that cost
-the bench's harder questions three answers. (They have not yet been seen to catch one either.) Each fact is asked twice in different words, so that one fact an
-adapter has come to believe wrongly costs two probes whichever way it is asked. General probes
-are open questions with no answer to check: the gate measures KL to the base weights on them.
+the bench's harder questions three answers (these have not yet been seen to catch one either).
+Each fact is asked twice in different words, so that one fact an adapter has come to believe
+wrongly costs two probes whichever way it is asked. General probes are open questions with no
+answer to check: the gate measures KL to the base weights on them.
 
 None of these questions is one of bench/personalize_scenarios.py's: the benchmark measures what
 training costs, and a gate tuned on its questions would hide exactly that.
