@@ -30,7 +30,7 @@ def _add_settings_flags(p: argparse.ArgumentParser, names: tuple[str, ...] | Non
         if names is not None and name not in names:
             continue
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_field_type(f.annotation),
-                       default=argparse.SUPPRESS, help=f.description)
+                       default=argparse.SUPPRESS, help=(f.description or "").replace("%", "%%"))  # argparse formats help with %
 
 
 def _settings(ns: argparse.Namespace) -> Settings:

@@ -103,6 +103,9 @@ class Engine:
             bos_token=self._piece(self.llm.token_bos()), eos_token=self._piece(self.llm.token_eos()),
             control=control_pieces(self.llm),
         )
+        # the most bytes one token spells: a prompt of more than n_ctx times this many bytes cannot
+        # fit, so it is refused without tokenizing it (32 on SmolLM2; 10 MB take 4 s to tokenize here)
+        self.max_token_bytes = max(1, max(len(self.llm.detokenize([t])) for t in range(self.n_vocab)))
         self.lock = PriorityLock()
         self._live = 0  # leading positions of the serving context evaluated as prompt; the last answer follows
         self.cache = PromptCache(cache_mb, cache_dir, cache_disk_mb) if cache_mb and self._cuttable else None

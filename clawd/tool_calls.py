@@ -124,21 +124,59 @@ _FORMS = (f'clawd-tagged ::= clawd-one ( [ \\n]{{0,2}} clawd-one )*\n'
           'clawd-fenced ::= "```" [a-zA-Z]{0,16} "\\n" [ \\t]{0,20} clawd-call [ \\n]{0,2} "```"\n')
 
 
+# What a tool grammar may cost. llama.cpp's converter writes a length or item bound out in full
+# (`maxLength: 100000` is 0.8 MB of grammar from a 30-byte schema), so a bound above MAX_REPEAT
+# is dropped: the argument stays JSON of its type, of any length (OpenClaw's largest is 512). The
+# grammar as a whole may take MAX_GRAMMAR_BYTES: 4x what 128 of OpenClaw's tools need (0.24 MB).
+# 512 of them make 0.97 MB, built in 0.12 s and parsed by llama.cpp in 0.06 s, and a masked step
+# at the tool name then takes 0.3 s against 0.05 s for 12 (Qwen2.5-Coder-0.5B, 2 threads,
+# bench/results/tool_limits.json).
+MAX_REPEAT = 4096
+MAX_GRAMMAR_BYTES = 1 << 20
+_BOUNDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+
+
+class ToolGrammarError(ValueError):
+    """The offered tools make a grammar larger than MAX_GRAMMAR_BYTES."""
+
+
+def _bounded(schema: Any) -> Any:
+    """A copy of a JSON schema without the repetition bounds (and patterns with quantifiers) over
+    MAX_REPEAT: what would make llama.cpp's converter write a grammar of that size."""
+    if isinstance(schema, list):
+        return [_bounded(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k in _BOUNDS and isinstance(v, int) and v > MAX_REPEAT:
+            continue
+        if k == "pattern" and isinstance(v, str) and any(int(n or 0) > MAX_REPEAT for m in _QUANTIFIER.findall(v)
+                                                         for n in m):
+            continue
+        out[k] = _bounded(v)
+    return out
+
+
 def _call_rules(tools: list[dict[str, Any]], name: str | None, pretty: bool) -> str:
     """GBNF rules defining `clawd-call`: `{"name": ..., "arguments": ...}` for one offered tool
     (`name`) or any of them, the arguments under the tool's JSON schema (required keys, types).
     Schemas llama.cpp's converter cannot take fall back to any JSON object. `pretty`: a newline
-    and an indent may stand where a space may."""
+    and an indent may stand where a space may. Raises ToolGrammarError past MAX_GRAMMAR_BYTES."""
     chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
-    alts = []
+    alts, size = [], 0
     for fn in chosen:
-        params = fn.get("parameters") or {"type": "object"}
-        schema: dict[str, Any] = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
+        schema: dict[str, Any] = {"type": "object", "properties": {"name": {"const": fn["name"]}},
                                   "required": ["name", "arguments"]}
         try:
-            json_schema_to_gbnf(json.dumps(schema), prop_order=["name", "arguments"])
+            schema["properties"]["arguments"] = _bounded(fn.get("parameters") or {"type": "object"})
+            size += len(json_schema_to_gbnf(json.dumps(schema), prop_order=["name", "arguments"]))
         except Exception:
             schema["properties"]["arguments"] = {"type": "object"}
+        if size > MAX_GRAMMAR_BYTES:
+            raise ToolGrammarError(f"the offered tools' schemas make a tool-call grammar of more than "
+                                   f"{MAX_GRAMMAR_BYTES} bytes, the most clawd builds; offer fewer or smaller schemas")
         alts.append(schema)
     top = alts[0] if len(alts) == 1 else {"anyOf": alts}
     body = json_schema_to_gbnf(json.dumps(top), prop_order=["name", "arguments"])

@@ -110,7 +110,7 @@ def test_each_captured_request_is_classified(name):
     from clawd.serve import protocol, sessions
 
     req = protocol.parse_request(json.dumps(fixture(name)).encode())
-    assert sessions.classify(protocol.normalize_messages(req), bool(protocol.tools_of(req)), None) == KINDS[name]
+    assert sessions.classify(protocol.normalize_messages(req), bool(protocol.tools_of(req, 128)), None) == KINDS[name]
 
 
 @pytest.mark.fast

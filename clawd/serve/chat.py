@@ -77,7 +77,7 @@ class ChatService:
 
     def prepare(self, req: protocol.ChatRequest, headers: dict[str, str]) -> Prepared:
         messages = protocol.normalize_messages(req)
-        tool_list = protocol.tools_of(req)
+        tool_list = protocol.tools_of(req, self.settings.max_tools)
         choice = req.tool_choice or ("auto" if tool_list else "none")
         named = choice.function.name if isinstance(choice, protocol.NamedChoice) else None
         if choice == "required" or named is not None:
@@ -91,16 +91,22 @@ class ChatService:
             prompt_text = self.engine.template.render(messages, use_tools or None)
         except TemplateError as e:
             raise protocol.ApiError(400, str(e), param="messages") from None
-        prompt = self.engine.tokenize(prompt_text)
         max_tokens = protocol.max_tokens_of(req, self.settings.default_max_tokens)
-        if len(prompt) >= self.engine.n_ctx:
-            raise protocol.context_error(self.engine.n_ctx, len(prompt), max_tokens)
+        n_ctx, n_bytes = self.engine.n_ctx, len(prompt_text.encode("utf-8"))
+        if n_bytes > n_ctx * self.engine.max_token_bytes:  # cannot fit, whatever it tokenizes to
+            raise protocol.context_error(n_ctx, -(-n_bytes // self.engine.max_token_bytes), max_tokens, at_least=True)
+        prompt = self.engine.tokenize(prompt_text)
+        if len(prompt) >= n_ctx:
+            raise protocol.context_error(n_ctx, len(prompt), max_tokens)
+        try:  # built only for a prompt that fits, and bounded (tool_calls.MAX_GRAMMAR_BYTES)
+            grammar = tool_calls.forced_call_grammar(use_tools, named) if forced else None
+            lazy = tool_calls.CallTrigger(use_tools) if use_tools and not forced and self.settings.tool_grammar else None
+        except tool_calls.ToolGrammarError as e:
+            raise protocol.ApiError(400, f"Invalid 'tools': {e}.", param="tools", code="tool_grammar_too_large") from None
         sampling = Sampling(
             temperature=protocol.DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
-            seed=req.seed, max_tokens=max_tokens,
-            grammar=tool_calls.forced_call_grammar(use_tools, named) if forced else None,
-            lazy=tool_calls.CallTrigger(use_tools) if use_tools and not forced and self.settings.tool_grammar else None,
+            seed=req.seed, max_tokens=max_tokens, grammar=grammar, lazy=lazy,
         )
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
 

@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..chat_template import normalize
 
 MAX_TOKENS_LIMIT = 1_000_000
+# A stop sequence is looked for after every token, and a partial one at the answer's end costs
+# its length squared: a 1 MB stop would make each token cost seconds. OpenAI documents no bound.
+MAX_STOP_CHARS = 256
+# A tool's parameters deeper than this are refused before anything walks them recursively (the
+# template's JSON, the grammar's converter); OpenClaw's deepest schema nests 5 levels.
+MAX_SCHEMA_DEPTH = 64
 # Sampling temperature of a request that sets none. The trainer scores a recorded turn at the
 # temperature it was sampled at, so both read this one definition.
 DEFAULT_TEMPERATURE = 0.8
@@ -103,6 +109,8 @@ class ChatRequest(BaseModel):
     def _stops(cls, v):
         if isinstance(v, list) and (len(v) > 4 or any(not s for s in v)):
             raise ValueError("stop takes at most 4 non-empty strings")
+        if any(len(s) > MAX_STOP_CHARS for s in ([v] if isinstance(v, str) else v or [])):
+            raise ValueError(f"a stop sequence may be at most {MAX_STOP_CHARS} characters")
         return v
 
 
@@ -163,25 +171,51 @@ def normalize_messages(req: ChatRequest) -> list[dict[str, Any]]:
     return normalize([m.model_dump(exclude_none=True) for m in req.messages])
 
 
-def tools_of(req: ChatRequest) -> list[dict[str, Any]]:
+def tools_of(req: ChatRequest, max_tools: int) -> list[dict[str, Any]]:
+    """The offered tools as dicts, refused before any work grows with them: more than `max_tools`,
+    duplicate names, parameters nested deeper than MAX_SCHEMA_DEPTH."""
     if not req.tools:
         return []
+    if len(req.tools) > max_tools:
+        raise ApiError(400, f"Invalid 'tools': {len(req.tools)} tools were offered; at most {max_tools} may be "
+                       "(setting max_tools).", param="tools", code="too_many_tools")
     names = [t.function.name for t in req.tools]
     if len(set(names)) != len(names):
         raise ApiError(400, "Tool names must be unique.", param="tools")
+    for i, t in enumerate(req.tools):
+        if t.function.parameters is not None and _depth(t.function.parameters) > MAX_SCHEMA_DEPTH:
+            raise ApiError(400, f"Invalid 'tools.{i}.function.parameters': nested deeper than {MAX_SCHEMA_DEPTH} "
+                           "levels.", param=f"tools.{i}.function.parameters", code="schema_too_deep")
     return [t.model_dump(exclude_none=True) for t in req.tools]
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value, walked without recursion (a dict or list counts one level)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, d)
+        if deepest > MAX_SCHEMA_DEPTH:
+            break
+        todo.extend((c, d + 1) for c in children)
+    return deepest
 
 
 def max_tokens_of(req: ChatRequest, default: int) -> int:
     return req.max_completion_tokens or req.max_tokens or default
 
 
-def context_error(n_ctx: int, n_prompt: int, n_completion: int) -> ApiError:
+def context_error(n_ctx: int, n_prompt: int, n_completion: int, at_least: bool = False) -> ApiError:
+    """`at_least`: `n_prompt` is a lower bound (the prompt was too long to be worth tokenizing)."""
     # OpenClaw compacts and retries only when it sees this wording.
+    some = "at least " if at_least else ""
     return ApiError(
         400,
-        f"This model's maximum context length is {n_ctx} tokens. However, you requested "
-        f"{n_prompt + n_completion} tokens ({n_prompt} in the messages, {n_completion} in the completion). "
+        f"This model's maximum context length is {n_ctx} tokens. However, you requested {some}"
+        f"{n_prompt + n_completion} tokens ({some}{n_prompt} in the messages, {n_completion} in the completion). "
         "Please reduce the length of the messages or completion.",
         param="messages", code="context_length_exceeded",
     )
