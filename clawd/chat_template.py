@@ -106,12 +106,23 @@ class ChatTemplate:
 
 def control_pieces(llm: Any) -> tuple[str, ...]:
     """The text of every control token of a llama_cpp.Llama's vocabulary (longest first)."""
+    return vocab_pieces(llm)[0]
+
+
+def vocab_pieces(llm: Any) -> tuple[tuple[str, ...], int]:
+    """One walk over a llama_cpp.Llama's vocabulary: (the text of every control token, longest
+    first; the most bytes any token spells, control tokens included, as prompts are tokenized
+    with special tokens parsed)."""
     import llama_cpp
 
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    pieces = {llm.detokenize([t], special=True).decode("utf-8", "replace") for t in range(llm.n_vocab())
-              if llama_cpp.llama_vocab_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL}
-    return tuple(sorted((p for p in pieces if len(p) > 1), key=len, reverse=True))
+    control, longest = set(), 1
+    for t in range(llm.n_vocab()):
+        piece = llm.detokenize([t], special=True)
+        longest = max(longest, len(piece))
+        if llama_cpp.llama_vocab_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL:
+            control.add(piece.decode("utf-8", "replace"))
+    return tuple(sorted((p for p in control if len(p) > 1), key=len, reverse=True)), longest
 
 
 def normalize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ import numpy as np
 from llama_cpp import Llama
 
 from .background import BackgroundContext
-from .chat_template import CHATML, ChatTemplate, control_pieces
+from .chat_template import CHATML, ChatTemplate, vocab_pieces
 from .compute_lock import PriorityLock
 from .grammar import GrammarMask
 from .prompt_cache import ALIGN, PromptCache, chunks, common_prefix, reusable
@@ -97,15 +97,15 @@ class Engine:
         self.n_vocab = self.llm.n_vocab()
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         meta = self.llm.metadata
+        # max_token_bytes: a prompt of more than n_ctx times this many bytes cannot fit, so it is
+        # refused without tokenizing it (32 on SmolLM2; 10 MB take 4 s to tokenize here)
+        control, self.max_token_bytes = vocab_pieces(self.llm)
         self.n_ctx_train = int(meta.get(f"{meta.get('general.architecture', 'llama')}.context_length", self.n_ctx))
         self.template = ChatTemplate(
             meta.get("tokenizer.chat_template") or CHATML,
             bos_token=self._piece(self.llm.token_bos()), eos_token=self._piece(self.llm.token_eos()),
-            control=control_pieces(self.llm),
+            control=control,
         )
-        # the most bytes one token spells: a prompt of more than n_ctx times this many bytes cannot
-        # fit, so it is refused without tokenizing it (32 on SmolLM2; 10 MB take 4 s to tokenize here)
-        self.max_token_bytes = max(1, max(len(self.llm.detokenize([t])) for t in range(self.n_vocab)))
         self.lock = PriorityLock()
         self._live = 0  # leading positions of the serving context evaluated as prompt; the last answer follows
         self.cache = PromptCache(cache_mb, cache_dir, cache_disk_mb) if cache_mb and self._cuttable else None
