@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Daemon, write_result  # noqa: E402
 from dashboard_data import seed  # noqa: E402
 
-from clawd.store import Store  # noqa: E402
+from clawd.store.store import Store  # noqa: E402
 
 TARGET_MS = 50.0
 

@@ -15,7 +15,7 @@ import random
 import sqlite3
 import time
 
-from clawd.records import Feedback, Judgment, NextState, ToolCall, Turn
+from clawd.store.records import Feedback, Judgment, NextState, ToolCall, Turn
 
 # (request, answer, approving next message, correcting next message, the hint a correction gives)
 EXCHANGES = [

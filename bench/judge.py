@@ -5,7 +5,7 @@
     python bench/judge.py --methods ask --split tune   # while developing: never look at the held-out splits
 
 For each model and method (`ask`: yes/no questions; `score`: P of each \\boxed{} verdict), the
-judge's features are computed on the tuning split (clawd/data/judge_cases.jsonl, what the daemon
+judge's features are computed on the tuning split (clawd/judge/data/judge_cases.jsonl, what the daemon
 calibrates on) and two held-out splits (tests/data/judge_heldout*.jsonl, each written separately,
 never used for a choice). The calibration is fitted on the tuning split exactly as the daemon does;
 the tuning figures are its 5-fold cross-validation, the held-out figures its verdicts on cases it
@@ -36,10 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clawd.config import Settings, bundled_model_path  # noqa: E402
-from clawd.engine import Engine, GenInfo, Sampling  # noqa: E402
-from clawd.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
-from clawd.judge import PLAIN, PROMPTS, Judge  # noqa: E402
-from clawd.judge_calibration import (  # noqa: E402
+from clawd.engine.engine import Engine, GenInfo, Sampling  # noqa: E402
+from clawd.judge.calibration import (  # noqa: E402
     CASES,
     best_threshold,
     calibrate,
@@ -51,6 +49,8 @@ from clawd.judge_calibration import (  # noqa: E402
     top_verdict,
     verdicts,
 )
+from clawd.judge.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
+from clawd.judge.judge import PLAIN, PROMPTS, Judge  # noqa: E402
 
 # Two held-out splits, each written apart from the tuning split and from each other; no choice
 # looks at either. The second was written after the first had been measured several times.

@@ -3,7 +3,7 @@
     python bench/judge_layers.py --model "$(bash scripts/qwen-model.sh)" --threads 2
     python bench/judge_layers.py --components 32,64,96,128 --layers 12,13   # the component grid
 
-How the judge's calibration (clawd/judge_calibration.py) was chosen: for every tuning case, the
+How the judge's calibration (clawd/judge/calibration.py) was chosen: for every tuning case, the
 verdict words' log P and the state after every block at the verdict's place (one decode taps
 them all, BackgroundContext.hidden), then each choice of block and number of principal components
 scored by repeated stratified 5-fold cross-validation of the daemon's own fit: log-loss, accuracy
@@ -28,9 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clawd.config import Settings, bundled_model_path  # noqa: E402
-from clawd.engine import Engine  # noqa: E402
-from clawd.judge import PLAIN, PROMPTS, Judge  # noqa: E402
-from clawd.judge_calibration import (  # noqa: E402
+from clawd.engine.engine import Engine  # noqa: E402
+from clawd.judge.calibration import (  # noqa: E402
     CASES,
     CLASSES,
     COMPONENTS,
@@ -42,6 +41,7 @@ from clawd.judge_calibration import (  # noqa: E402
     metrics,
     verdicts,
 )
+from clawd.judge.judge import PLAIN, PROMPTS, Judge  # noqa: E402
 
 
 def states(model: Path, threads: int, limit: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clawd.config import bundled_model_path  # noqa: E402 (after the checkout goes on sys.path)
-from clawd.engine import Engine, GenInfo, Sampling  # noqa: E402
+from clawd.engine.engine import Engine, GenInfo, Sampling  # noqa: E402
 from clawd.publish.convert import BaseInfo, convert_adapter  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and the night the lamp went out."

@@ -24,9 +24,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clawd import config, tool_calls  # noqa: E402
-from clawd.engine import Engine  # noqa: E402
-from clawd.grammar import GrammarMask  # noqa: E402
+from clawd import config  # noqa: E402
+from clawd.engine import tool_calls  # noqa: E402
+from clawd.engine.engine import Engine  # noqa: E402
+from clawd.engine.grammar import GrammarMask  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"
 COUNTS = (12, 32, 64, 128, 256, 512, 1000)

@@ -45,7 +45,7 @@ def record(request: dict, content: str, tool_calls: list[dict], seconds: float |
 
 def records_from_store(db: Path, after: int) -> tuple[list[dict], int]:
     """clawd's turns after id `after`, and the last id (where the next task starts reading)."""
-    from clawd.store import Store  # only here: the wire configurations need no clawd import
+    from clawd.store.store import Store  # only here: the wire configurations need no clawd import
 
     store = Store(db)
     try:

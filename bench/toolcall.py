@@ -22,8 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clawd import config, tool_calls  # noqa: E402
-from clawd.engine import Engine, GenInfo, Sampling  # noqa: E402
+from clawd import config  # noqa: E402
+from clawd.engine import tool_calls  # noqa: E402
+from clawd.engine.engine import Engine, GenInfo, Sampling  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"
 TASKS = {

@@ -66,7 +66,7 @@ def synthetic_turns(store, model: Path, n: int = ROUND_TURNS, tokens: int = ROUN
     import torch
     from llama_cpp import Llama
 
-    from clawd.records import Judgment, NextState, Turn
+    from clawd.store.records import Judgment, NextState, Turn
     from clawd.train import samples as S
 
     llm, template = Llama(str(model), vocab_only=True, verbose=False), S.gguf_template(model)
@@ -96,7 +96,7 @@ def synthetic_turns(store, model: Path, n: int = ROUND_TURNS, tokens: int = ROUN
 
 def measure_round(backend, settings, model: Path) -> dict:
     """One run_round on ROUND_TURNS synthetic judged turns, in a fresh home beside the cached base."""
-    from clawd.store import Store
+    from clawd.store.store import Store
     from clawd.train.loop import run_round
 
     home = Path(tempfile.mkdtemp(prefix="round-", dir=settings.home))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, Settings, default_home, ensure_home
-from .records import GateResult, Status, TrainEvent
+from .store.records import GateResult, Status, TrainEvent
 
 _TYPES = {int: int, float: float, str: str, Path: Path}
 
@@ -168,7 +168,7 @@ def _local_adapters(settings: Settings):
     import logging
 
     from .publish import Adapters
-    from .store import Store
+    from .store.store import Store
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     return Adapters(settings, Store(ensure_home(settings.home) / "clawd.db"))
@@ -289,9 +289,9 @@ def cmd_judge(ns: argparse.Namespace) -> None:
     from rich.logging import RichHandler
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .engine import Engine
-    from .judge import Judge
-    from .store import Store
+    from .engine.engine import Engine
+    from .judge.judge import Judge
+    from .store.store import Store
 
     settings = _settings(ns)
     if _asked_daemon(settings, "judge", False):

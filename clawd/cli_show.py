@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from .records import Status, TrainEvent
+from .store.records import Status, TrainEvent
 
 
 def status(st: Status) -> None:

@@ -13,14 +13,14 @@ from typing import Any
 from . import __version__
 from .adapter_dir import AdapterDir
 from .config import Settings, ensure_home
-from .engine import Engine
-from .judge import Judge
+from .engine.engine import Engine
+from .judge.judge import Judge
 from .publish import AdapterError, Adapters
-from .records import LiveAdapter, ModelStatus, Status, TrainingStatus
 from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
-from .store import StorageError, Store
+from .store.records import LiveAdapter, ModelStatus, Status, TrainingStatus
+from .store.store import StorageError, Store
 from .train import Trainer, ready_turns
 from .train.memory import llama_serving
 

@@ -23,8 +23,8 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .config import Settings
-from .records import TrainEvent
-from .store import StorageError, Store
+from .store.records import TrainEvent
+from .store.store import StorageError, Store
 
 log = logging.getLogger("clawd.scheduler")
 WAIT_RETRY_S = 600.0  # after a round that did not fit beside serving (clawd.train.memory): memory frees slowly

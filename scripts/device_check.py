@@ -89,7 +89,7 @@ def prompt_ids(engine, words: int = PROMPT_WORDS) -> list[int]:
 
 def greedy(engine, ids: list[int], n: int) -> tuple[list[int], dict]:
     """`n` greedy tokens after `ids` under the engine's lock: (tokens, timings)."""
-    from clawd.engine import GenInfo, Sampling
+    from clawd.engine.engine import GenInfo, Sampling
 
     with engine.lock.user():
         state = engine.adapter_version
@@ -106,7 +106,7 @@ def greedy(engine, ids: list[int], n: int) -> tuple[list[int], dict]:
 def serve(path: Path) -> dict:
     import llama_cpp
 
-    from clawd.engine import Engine
+    from clawd.engine.engine import Engine
 
     engine = Engine(path, n_ctx=4096, threads=os.cpu_count() or 1, gpu_layers=-1)
     ids = prompt_ids(engine)
@@ -123,7 +123,7 @@ def train(work: Path, engine) -> dict:
     from train import synthetic_turns
 
     from clawd.config import Settings, ensure_home
-    from clawd.store import Store
+    from clawd.store.store import Store
     from clawd.train import Trainer
     from clawd.train.memory import llama_serving
 
@@ -164,7 +164,7 @@ def train(work: Path, engine) -> dict:
 
 
 def trained_turns(work: Path, n: int = 4) -> list:
-    from clawd.store import Store
+    from clawd.store.store import Store
 
     store = Store(work / "home" / "clawd.db")
     try:
@@ -221,7 +221,7 @@ def agree(work: Path, engine, adapter_dir: Path, good: Path, naive: Path) -> dic
     from peft import PeftModel
 
     from clawd.config import Settings
-    from clawd.sampling import log_softmax
+    from clawd.engine.sampling import log_softmax
     from clawd.train.backend import QLoRABackend
 
     turns = trained_turns(work)
@@ -287,7 +287,7 @@ def main() -> None:
     for name in ("bf16", "q4_k_m"):
         timed(report, f"serve_{name}")(lambda name=name: serve(work / f"model-{name}.gguf"))
 
-    from clawd.engine import Engine
+    from clawd.engine.engine import Engine
     from clawd.publish import convert as C
 
     engine = Engine(work / "model-bf16.gguf", n_ctx=4096, threads=os.cpu_count() or 1, gpu_layers=-1)

@@ -34,8 +34,8 @@ def _judge_calibration() -> Path:
     import tempfile
 
     from clawd.config import Settings, bundled_model_path
-    from clawd.engine import Engine
-    from clawd.judge import Judge
+    from clawd.engine.engine import Engine
+    from clawd.judge.judge import Judge
 
     home = Path(tempfile.mkdtemp(prefix="clawd-judge-"))
     engine = Engine(bundled_model_path(), n_ctx=512, threads=2)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from publish_util import peft_model
 
-from clawd.engine import Engine, GenInfo, Sampling
+from clawd.engine.engine import Engine, GenInfo, Sampling
 
 QUESTIONS = [
     "What is the tallest mountain in the world?", "How many hours are in a day?", "What color are emeralds?",

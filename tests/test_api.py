@@ -8,7 +8,7 @@ import stat
 import httpx
 from conftest import Daemon
 
-from clawd.prompt_cache import ALIGN
+from clawd.engine.prompt_cache import ALIGN
 
 TOOLS = [{
     "type": "function",

@@ -24,9 +24,9 @@ from dashboard_data import seed  # noqa: E402
 from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.publish import Adapters  # noqa: E402
 from clawd.publish.convert import BaseInfo, convert_adapter  # noqa: E402
-from clawd.records import Feedback, GateResult, Judgment, NextState, Turn  # noqa: E402
 from clawd.serve.dashboard import CSP  # noqa: E402
-from clawd.store import Store  # noqa: E402
+from clawd.store.records import Feedback, GateResult, Judgment, NextState, Turn  # noqa: E402
+from clawd.store.store import Store  # noqa: E402
 from clawd.train.samples import ready_turns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from dashboard_data import seed  # noqa: E402
 
 from clawd.config import Settings  # noqa: E402
-from clawd.records import Feedback, Judgment, NextState, RoundState, TrainEvent, Turn  # noqa: E402
 from clawd.scheduler import Activity, Jobs, Scheduler  # noqa: E402
-from clawd.store import Store  # noqa: E402
+from clawd.store.records import Feedback, Judgment, NextState, RoundState, TrainEvent, Turn  # noqa: E402
+from clawd.store.store import Store  # noqa: E402
 from clawd.train.samples import ready_turns  # noqa: E402
 
 

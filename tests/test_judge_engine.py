@@ -16,10 +16,10 @@ import pytest
 from conftest import seed_judge
 
 from clawd.config import Settings, bundled_model_path
-from clawd.engine import Engine, GenInfo, Sampling
-from clawd.judge import PLAIN, Judge
-from clawd.prompt_cache import reusable
-from clawd.records import NextState, ToolCall, Turn
+from clawd.engine.engine import Engine, GenInfo, Sampling
+from clawd.engine.prompt_cache import reusable
+from clawd.judge.judge import PLAIN, Judge
+from clawd.store.records import NextState, ToolCall, Turn
 
 CASES = Path(__file__).parent / "data" / "judge_cases.jsonl"
 
@@ -229,8 +229,8 @@ def test_long_conversations_are_shortened_in_the_middle(engine):
 def test_a_turn_that_cannot_be_judged_is_given_up_as_0(engine, tmp_path):
     """The idle scheduler runs the backlog again and again: a turn whose judging raises every time
     is stored as 0 (no training signal) after MAX_ATTEMPTS runs instead of being retried forever."""
-    from clawd.judge import MAX_ATTEMPTS
-    from clawd.store import Store
+    from clawd.judge.judge import MAX_ATTEMPTS
+    from clawd.store.store import Store
 
     store = Store(tmp_path / "clawd.db")
     turn, ns = case(0)

@@ -53,7 +53,7 @@ def test_feedback_errors(daemon: Daemon):
 def test_a_feedback_comment_becomes_the_turns_hint(daemon: Daemon):
     """The comment is the turn's OPD hint (quoted), what training reads; a comment that quotes a
     tool's result is kept as a comment but refused as a hint, and the answer says why."""
-    from clawd.store import Store
+    from clawd.store.store import Store
     from clawd.train.samples import turn_signal
 
     cid = completion(daemon)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from conftest import seed_judge
 
-from clawd.records import NextState, ToolCall, Turn
-from clawd.store import Store
+from clawd.store.records import NextState, ToolCall, Turn
+from clawd.store.store import Store
 
 CASES = [json.loads(x) for x in (Path(__file__).parent / "data" / "judge_cases.jsonl").read_text().splitlines()]
 FAST = ["--threads", "2", "--judge-budget-tokens", "1024"]

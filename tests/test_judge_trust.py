@@ -12,7 +12,7 @@ import time
 import httpx
 from conftest import Daemon, _judge_calibration, seed_judge
 
-from clawd.judge_calibration import Calibration
+from clawd.judge.calibration import Calibration
 
 # Measured by bench/judge.py on SmolLM2-135M (bench/results/judge-SmolLM2-135M-Instruct.Q4_1.json,
 # 456 cases): cross-validated accuracy 0.78 at the threshold that keeps wrong-sign within 3% with

@@ -9,9 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clawd.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
-from clawd.judge import SHOTS, cut_middle
-from clawd.judge_calibration import (
+from clawd.judge.calibration import (
     COMPONENTS,
     best_threshold,
     calibrate,
@@ -24,7 +22,9 @@ from clawd.judge_calibration import (
     predict,
     verdicts,
 )
-from clawd.records import NextState, ToolCall, Turn
+from clawd.judge.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
+from clawd.judge.judge import SHOTS, cut_middle
+from clawd.store.records import NextState, ToolCall, Turn
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 

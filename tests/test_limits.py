@@ -11,11 +11,11 @@ import pytest
 from conftest import MODEL, Daemon
 
 from clawd.config import Settings
-from clawd.engine import Engine
+from clawd.engine.engine import Engine
+from clawd.engine.tool_calls import MAX_GRAMMAR_BYTES, MAX_REPEAT, CallTrigger
 from clawd.serve import protocol
 from clawd.serve.chat import ChatService
-from clawd.store import Store
-from clawd.tool_calls import MAX_GRAMMAR_BYTES, MAX_REPEAT, CallTrigger
+from clawd.store.store import Store
 
 OK = [{"role": "user", "content": "hi"}]
 

@@ -1,4 +1,4 @@
-"""The prompt cache (clawd/prompt_cache.py) on the bundled model, with real llama.cpp: a side call
+"""The prompt cache (clawd/engine/prompt_cache.py) on the bundled model, with real llama.cpp: a side call
 or another session between two turns costs the second turn nothing, least recently used states
 go first, states survive a daemon restart and are refused after the model file changes or when
 corrupt, an adapter swap invalidates them, and no answer differs from a cold run's."""
@@ -17,10 +17,10 @@ import pytest
 from conftest import Daemon, fixture, shorten
 
 from clawd.config import Settings, bundled_model_path
-from clawd.engine import Engine, GenInfo, Sampling
-from clawd.judge import Judge
-from clawd.prompt_cache import ALIGN, MB, carries, chunks, common_prefix, reusable
-from clawd.records import NextState, Turn
+from clawd.engine.engine import Engine, GenInfo, Sampling
+from clawd.engine.prompt_cache import ALIGN, MB, carries, chunks, common_prefix, reusable
+from clawd.judge.judge import Judge
+from clawd.store.records import NextState, Turn
 
 
 # -- the rules, no model ------------------------------------------------------------------------

@@ -17,10 +17,10 @@ from publish_util import hf_logprobs, make_adapter
 
 import clawd.publish.convert as convert_mod
 from clawd.config import bundled_model_path
-from clawd.engine import Engine
+from clawd.engine.engine import Engine
+from clawd.engine.sampling import log_softmax
 from clawd.publish.convert import BaseInfo
 from clawd.publish.convert import convert_adapter as convert
-from clawd.sampling import log_softmax
 
 PROMPTS = [
     "<|im_start|>user\nWhat is the capital of France? Answer briefly.<|im_end|>\n<|im_start|>assistant\n",

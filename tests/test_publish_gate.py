@@ -18,12 +18,12 @@ from publish_util import make_adapter
 
 from clawd import cli_show
 from clawd.config import Settings, bundled_model_path
-from clawd.engine import Engine, GenInfo, Sampling
+from clawd.engine.engine import Engine, GenInfo, Sampling
 from clawd.publish import AdapterError, Adapters, GateConfig
 from clawd.publish import probes as P
 from clawd.publish.gate import tool_calls_kept
-from clawd.records import GateResult, Judgment, Turn
-from clawd.store import Store
+from clawd.store.records import GateResult, Judgment, Turn
+from clawd.store.store import Store
 
 QUESTIONS = ["What is 2 + 2?", "Name a primary color.", "What is the capital of Italy?", "Say hello in French."]
 GATE = GateConfig(turns=8, max_tokens=512)  # the shipped thresholds; shorter replay prompts

@@ -21,11 +21,11 @@ from publish_util import hf_logprobs, make_adapter
 from test_publish_convert import PROMPTS, kl_tv, next_token_logprobs
 
 from clawd.config import Settings, bundled_model_path
-from clawd.engine import Engine
+from clawd.engine.engine import Engine
 from clawd.publish.convert import BaseInfo, convert_adapter
 from clawd.publish.merge import write_merged
-from clawd.records import GateResult
-from clawd.store import Store
+from clawd.store.records import GateResult
+from clawd.store.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ from conftest import Daemon
 from publish_util import make_adapter
 
 from clawd.config import Settings, bundled_model_path
-from clawd.engine import Engine
+from clawd.engine.engine import Engine
 from clawd.publish import Adapters
 from clawd.publish.convert import BaseInfo, convert_adapter
-from clawd.records import GateResult
-from clawd.store import Store
+from clawd.store.records import GateResult
+from clawd.store.store import Store
 
 PROMPTS = ["Name a fruit.", "What is the capital of Spain?", "Write one word about the sea."]
 
@@ -151,7 +151,7 @@ def stepwise_logprobs(engine: Engine, prompt: list[int], completion: list[int]) 
     then one token at a time."""
     import llama_cpp
 
-    from clawd.sampling import log_softmax
+    from clawd.engine.sampling import log_softmax
 
     llm, out = engine.llm, []
     llm.reset()

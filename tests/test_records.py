@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from clawd.records import GateResult, LiveAdapter, ModelStatus, RoundState, Status, TrainEvent, TrainingStatus
+from clawd.store.records import GateResult, LiveAdapter, ModelStatus, RoundState, Status, TrainEvent, TrainingStatus
 
 pytestmark = pytest.mark.fast
 

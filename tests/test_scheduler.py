@@ -9,9 +9,9 @@ import time
 import pytest
 
 from clawd.config import Settings
-from clawd.records import TrainEvent
 from clawd.scheduler import Activity, Jobs, Scheduler
-from clawd.store import Store
+from clawd.store.records import TrainEvent
+from clawd.store.store import Store
 
 pytestmark = pytest.mark.fast
 

@@ -8,9 +8,9 @@ import json
 import pytest
 from conftest import fixture
 
-from clawd.records import ToolCall, Turn
 from clawd.serve import protocol, sessions
-from clawd.store import Store
+from clawd.store.records import ToolCall, Turn
+from clawd.store.store import Store
 
 pytestmark = pytest.mark.fast
 

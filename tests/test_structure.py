@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from clawd.adapter_dir import AdapterDir, AdapterDirError
-from clawd.migrations import MIGRATIONS
-from clawd.records import Judgment, Turn
-from clawd.store import StorageError, Store
+from clawd.store.migrations import MIGRATIONS
+from clawd.store.records import Judgment, Turn
+from clawd.store.store import StorageError, Store
 
 pytestmark = pytest.mark.fast
 PKG = Path(__file__).resolve().parents[1] / "clawd"
@@ -70,7 +70,7 @@ def test_sql_lives_in_the_store_and_files_stay_readable():
     for p in PKG.rglob("*.py"):
         text = p.read_text()
         if p.name not in ("store.py",):
-            assert "sqlite3.connect" not in text, f"{p}: SQL belongs in clawd/store.py"
+            assert "sqlite3.connect" not in text, f"{p}: SQL belongs in clawd/store/store.py"
         assert len(text.splitlines()) <= 460, f"{p} has {len(text.splitlines())} lines: split it by job"
 
 

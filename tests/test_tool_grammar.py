@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from conftest import MODEL, Daemon
 
-from clawd import tool_calls
-from clawd.engine import Engine, GenInfo, Sampling
-from clawd.grammar import GrammarMask
-from clawd.sampling import log_softmax
+from clawd.engine import tool_calls
+from clawd.engine.engine import Engine, GenInfo, Sampling
+from clawd.engine.grammar import GrammarMask
+from clawd.engine.sampling import log_softmax
 
 TOOLS = [
     {"type": "function", "function": {"name": "exec", "parameters": {

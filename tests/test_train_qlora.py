@@ -24,10 +24,10 @@ import torch
 from llama_cpp import Llama
 
 from clawd.config import Settings, bundled_model_path
-from clawd.engine import Engine
+from clawd.engine.engine import Engine
+from clawd.engine.sampling import log_softmax
 from clawd.publish.convert import BaseInfo, convert_adapter
-from clawd.sampling import log_softmax
-from clawd.store import Store
+from clawd.store.store import Store
 from clawd.train import samples as S
 from clawd.train.backend import load_backend
 from clawd.train.loop import run_round

@@ -20,8 +20,8 @@ import torch
 from llama_cpp import Llama
 
 from clawd.config import Settings, bundled_model_path
-from clawd.records import Feedback, Judgment, NextState, TrainEvent, Turn
-from clawd.store import Store
+from clawd.store.records import Feedback, Judgment, NextState, TrainEvent, Turn
+from clawd.store.store import Store
 from clawd.train import Trainer, ready_turns
 from clawd.train import samples as S
 from clawd.train.backend import load_backend, sha256_file

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from llama_cpp import Llama
 
-from clawd.chat_template import normalize
 from clawd.config import bundled_model_path
-from clawd.records import Feedback, Judgment, Turn
+from clawd.engine.chat_template import normalize
 from clawd.serve import protocol
-from clawd.store import Store
+from clawd.store.records import Feedback, Judgment, Turn
+from clawd.store.store import Store
 from clawd.train import samples as S
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real OpenClaw requests (README there)

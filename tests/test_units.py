@@ -7,9 +7,9 @@ import json
 import pytest
 from llama_cpp import LlamaGrammar
 
-from clawd import tool_calls
-from clawd.chat_template import ChatTemplate, merge_same_role
-from clawd.records import output_key
+from clawd.engine import tool_calls
+from clawd.engine.chat_template import ChatTemplate, merge_same_role
+from clawd.store.records import output_key
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 
@@ -112,9 +112,9 @@ def test_output_key_survives_round_trip():
 
 def test_identical_short_answers_link_to_the_session_that_asked(tmp_path):
     """Two sessions both answered "ok": a follow-up continues the one whose question it carries."""
-    from clawd.records import Turn
     from clawd.serve import sessions
-    from clawd.store import Store
+    from clawd.store.records import Turn
+    from clawd.store.store import Store
 
     store = Store(tmp_path / "clawd.db")
     system = {"role": "system", "content": "Be brief."}

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..engine import Engine
-from ..records import GateResult
-from ..store import Store
+from ..engine.engine import Engine
+from ..store.records import GateResult
+from ..store.store import Store
 from .convert import BaseInfo, ConvertError, convert_adapter
 from .gate import GateConfig, run_gate
 from .registry import AdapterError, Registry

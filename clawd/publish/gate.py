@@ -43,11 +43,11 @@ from typing import Any
 import gguf
 import numpy as np
 
-from .. import tool_calls
-from ..engine import Engine, GenInfo, Sampling
-from ..records import GateResult
-from ..sampling import log_softmax
-from ..store import Store
+from ..engine import tool_calls
+from ..engine.engine import Engine, GenInfo, Sampling
+from ..engine.sampling import log_softmax
+from ..store.records import GateResult
+from ..store.store import Store
 from . import probes as P
 
 log = logging.getLogger("clawd.publish")

@@ -11,8 +11,8 @@ import logging
 from pathlib import Path
 
 from ..adapter_dir import AdapterDir
-from ..records import Adapter
-from ..store import Store
+from ..store.records import Adapter
+from ..store.store import Store
 
 log = logging.getLogger("clawd.publish")
 

@@ -18,9 +18,9 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response, Streamin
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import is_loopback
-from ..hints import feedback_hint
-from ..records import Feedback
-from ..store import StorageError
+from ..judge.hints import feedback_hint
+from ..store.records import Feedback
+from ..store.store import StorageError
 from . import protocol
 from .chat import ChatService, Event, Prepared
 from .dashboard import add_dashboard, cookie_name, cookie_token, locked_page

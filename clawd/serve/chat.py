@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import tool_calls
-from ..chat_template import TemplateError
 from ..config import Settings
-from ..engine import Engine, GenInfo, Sampling
-from ..records import ToolCall, Turn
-from ..store import StorageError, Store
+from ..engine import tool_calls
+from ..engine.chat_template import TemplateError
+from ..engine.engine import Engine, GenInfo, Sampling
+from ..store.records import ToolCall, Turn
+from ..store.store import StorageError, Store
 from . import protocol, sessions
 
 log = logging.getLogger("clawd.serve")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..chat_template import normalize
+from ..engine.chat_template import normalize
 
 MAX_TOKENS_LIMIT = 1_000_000
 # A stop sequence is looked for after every token, and a partial one at the answer's end costs

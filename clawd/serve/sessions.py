@@ -14,9 +14,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat_template import normalize
-from ..records import NextState, Turn, TurnKind, output_key
-from ..store import Store
+from ..engine.chat_template import normalize
+from ..store.records import NextState, Turn, TurnKind, output_key
+from ..store.store import Store
 
 SIDE_BUCKET = "side"  # unlinked side turns share one session: they are never trained
 

@@ -32,8 +32,8 @@ import torch
 
 from ..adapter_dir import AdapterDir, AdapterDirError, fsync_dir
 from ..config import Settings, ensure_home
-from ..records import RoundState, TrainEvent
-from ..store import Store
+from ..store.records import RoundState, TrainEvent
+from ..store.store import Store
 from . import memory
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
 from .loss import kl_k3, policy_loss, tis_weight

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..records import TrainEvent
+from ..store.records import TrainEvent
 
 log = logging.getLogger("clawd.train")
 

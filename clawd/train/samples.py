@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chat_template import CHATML, ChatTemplate, TemplateError, control_pieces, normalize
-from ..records import Turn
+from ..engine.chat_template import CHATML, ChatTemplate, TemplateError, control_pieces, normalize
 from ..serve.protocol import DEFAULT_TEMPERATURE
-from ..store import Store
+from ..store.records import Turn
+from ..store.store import Store
 
 log = logging.getLogger("clawd.train")
 

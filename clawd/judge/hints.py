@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .records import NextState, Turn
+from ..store.records import NextState, Turn
 
 MAX_QUOTE = 300  # characters of the user's correction or comment a hint quotes
 QUOTE_WORDS = 4  # a run of this many words shared with a tool result is a quote of it

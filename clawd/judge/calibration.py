@@ -3,7 +3,7 @@
 The judge's raw reading of a turn (judge.Judge.features) is log P of each verdict word, whether a
 tool answered, and the model's hidden state halfway up its layers where it reads the verdict
 (n_embd floats).
-Here a softmax regression, fitted on the shipped labeled cases (`clawd/data/judge_cases.jsonl`,
+Here a softmax regression, fitted on the shipped labeled cases (`clawd/judge/data/judge_cases.jsonl`,
 the tuning split of the corpus) with the served model's own features, maps it to P(-1), P(0),
 P(+1); the hidden state enters as its first COMPONENTS principal components on those cases. The
 verdict words read one direction of that state; the regression finds the others that tell a
@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .records import NextState, ToolCall, Turn
+from ..store.records import NextState, ToolCall, Turn
 
 log = logging.getLogger("clawd.judge")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from .migrations import MIGRATIONS
 from .records import Adapter, Feedback, GateResult, Judgment, NextState, ToolCall, Turn, Vote
-from .store_views import DashboardQueries
+from .views import DashboardQueries
 
 # Main turns that finished, have a next state and no judgment yet.
 _UNJUDGED = ("FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"

@@ -18,8 +18,8 @@ from typing import Any
 
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+from ..store.records import ToolCall
 from .chat_template import TOOL_CLOSE, TOOL_OPEN
-from .records import ToolCall
 
 _TAGGED = re.compile(re.escape(TOOL_OPEN) + r"(.*?)(?:" + re.escape(TOOL_CLOSE) + r"|$)", re.S)
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.S)

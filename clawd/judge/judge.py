@@ -6,7 +6,7 @@ default method, `ask`, shows it worked examples (SHOTS, a cached prefix), then t
 form, and reads two things at the place where the verdict comes: log P of each verdict word
 (" bad", " unclear", " good"), and the model's hidden state there, halfway up its layers. A
 softmax regression fitted per model file on the shipped labeled cases turns them into P(-1),
-P(0), P(+1) (`judge_calibration.py`); the hidden state carries what the three words miss (a
+P(0), P(+1) (`calibration.py`); the hidden state carries what the three words miss (a
 sarcastic thanks, a terse request). A verdict is given only past a confidence chosen by cross-validation
 on those cases; below it, 0. `score`, the older method (P of each `\\boxed{}` value after a forced
 prefix), is kept as the baseline `bench/judge.py` compares against, and is calibrated the same way.
@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from .background import BackgroundContext, Cancelled
-from .config import Settings
-from .engine import Engine
+from ..config import Settings
+from ..engine.background import BackgroundContext, Cancelled
+from ..engine.engine import Engine
+from ..store.records import Judgment, NextState, Turn
+from ..store.store import Store
+from .calibration import Calibration, Calibrator, top_verdict
 from .hints import evidence_hint, text_of
-from .judge_calibration import Calibration, Calibrator, top_verdict
-from .records import Judgment, NextState, Turn
-from .store import Store
 
 log = logging.getLogger("clawd.judge")
 
