@@ -6,6 +6,8 @@ show whether what the daemon learned from them carries over.
     python bench/personalize.py --model "$(bash scripts/qwen-model.sh)" --threads 1 \\
         --scenarios brevity,no_lists --methods rl,opd,combined
     python bench/personalize.py --rescore bench/out/personalize-no_lists.json   # re-grade a recorded run
+    python bench/personalize.py --model "$(bash scripts/qwen-model.sh)" --threads 2 --quick   # one scenario, 15 min
+    python bench/personalize.py --scenarios control --seeds 0,1 --methods combined   # the control user
 
 For each scenario, method and seed, a fresh daemon (its own temp home and port) is started with
 that method and otherwise the daemon's own defaults: the bench measures what a user gets, so it does
@@ -28,15 +30,23 @@ database and compared with the simulator's truth.
 
 Results: bench/out/personalize.json (every answer) and .png; bench/results/personalize-SCENARIO-
 METHOD-seedN-Tturns.json, one summary per run, to commit (personalize_report.py writes and prints them).
+
+Each scenario is reported in four columns, measured in the same run on the same held-out prompts
+(32 or more a scenario, each with known-answer content): base (the untrained weights), told (the
+base with the preference in the prompt, as the OPD teacher sees it), oracle (the daemon trained on
+its own samples that the checker passes: what a perfect scorer would reach, personalize_oracle.py)
+and loop (what the daemon learned from the simulated user). Each comes with a bootstrap 95%
+interval, continuous measures (personalize_measures.py), probes lost against the base, and the loop's
+gain as a share of the oracle's. The base and told answers and the oracle's record are cached in
+OUT/cache by model file and settings. The control user (--scenarios control) has no hidden
+preference: its runs are scored on every pool, and every scenario's adherence must stay where it was.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import shlex
 import shutil
 import sys
 import tempfile
@@ -44,31 +54,45 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-from common import Daemon as ClawdServe
+from personalize_eval import (
+    LOOP_FLAGS,
+    SAMPLING_TEMPERATURE,
+    Daemon,
+    cached_answers,
+    grade,
+    greedy_answers,
+    since,
+    wait_for_round,
+)
+from personalize_oracle import run_oracle
 from personalize_probes import PROBES
 from personalize_report import RESULTS, ROOT, plot, point_text, print_summary, write_summaries
-from personalize_scenarios import SCENARIOS, SYSTEM, Scenario, grade_heldout, non_answer, probe_right, react
+from personalize_scenarios import CONTROL, SCENARIOS, SYSTEM, Scenario, non_answer, react
 
 METHODS = ("rl", "opd", "combined")
-# When the scheduler looks, not how it learns: start as soon as the simulated user pauses instead of
-# after 30 s of quiet, or a run would spend most of its time waiting.
-LOOP_FLAGS = ["--idle-seconds", "1", "--tick-seconds", "0.5"]
+COLUMNS = ("base", "told", "oracle", "loop")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="GGUF to serve and train (default: the daemon's, Qwen2.5-Coder-0.5B once installed)")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
-    p.add_argument("--seeds", default="0", help="comma-separated: each seed is one run per scenario and method "
-                   "(its own prompt order and sampled answers)")
-    p.add_argument("--turns", type=int, default=32,
+    p.add_argument("--scenarios", default=",".join(SCENARIOS),
+                   help=f"comma-separated, of {', '.join(SCENARIOS)}, and control (the user with no hidden preference)")
+    p.add_argument("--methods", default="combined", help=f"comma-separated, of {', '.join(METHODS)}")
+    p.add_argument("--columns", default=",".join(COLUMNS), help=f"comma-separated, of {', '.join(COLUMNS)}")
+    p.add_argument("--seeds", default="0,1", help="comma-separated: each seed is one run per scenario and method "
+                   "(its own prompt order and sampled answers), and one oracle")
+    p.add_argument("--turns", type=int, default=24,
                    help="feedback turns (answers the user reacted to) per run; the daemon trains every train_batch (8)")
+    p.add_argument("--oracle-k", type=int, default=4, help="the oracle's samples per conversation prompt")
     p.add_argument("--max-tokens", type=int, default=160, help="longest answer, in conversation and on held-out prompts")
     p.add_argument("--threads", type=int, help="CPU threads for the daemon (llama.cpp and training)")
     p.add_argument("--daemon-args", default="", help='more `clawd serve` flags, e.g. "--train-batch 8"; recorded')
     p.add_argument("--round-timeout", type=float, default=3600, help="seconds to wait for a round to judge, train and publish")
+    p.add_argument("--score-every-adapter", action="store_true",
+                   help="score the held-out prompts after every adapter, not only after the last feedback turn")
+    p.add_argument("--quick", action="store_true", help="one scenario (the first of --scenarios), one seed and method, "
+                   "16 feedback turns, scored at the end; base, told and oracle come from the cache when there")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     p.add_argument("--rescore", type=Path, nargs="+", metavar="JSON",
                    help="re-grade the answers recorded in these personalize.json files with today's checkers; runs nothing")
@@ -80,25 +104,43 @@ def main() -> None:
             print_summary(result)
             write_summaries(result)
         return
-    scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
-    methods = args.methods.split(",")
+    everyone = SCENARIOS | {CONTROL.name: CONTROL}
+    if unknown := set(args.scenarios.split(",")) - set(everyone):
+        sys.exit(f"unknown scenario(s) {', '.join(unknown)}: choose from {', '.join(everyone)}")
+    methods, columns = args.methods.split(","), args.columns.split(",")
     if unknown := set(methods) - set(METHODS):
         sys.exit(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    if unknown := set(columns) - set(COLUMNS):
+        sys.exit(f"unknown column(s) {', '.join(unknown)}: choose from {', '.join(COLUMNS)}")
     seeds = [int(x) for x in args.seeds.split(",")]
+    scenarios = [everyone[n] for n in args.scenarios.split(",")]
+    if args.quick:
+        scenarios, seeds, methods, args.turns = scenarios[:1], seeds[:1], methods[:1], 16
 
     t0 = time.time()
     result: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                               "loop_flags": LOOP_FLAGS, "system": SYSTEM, "scenarios": {}}
     for sc in scenarios:
-        runs: dict[str, Any] = {}
-        result["scenarios"][sc.name] = {"preference": sc.preference, "heldout": len(sc.heldout),
-                                        "probes": len(PROBES), "runs": runs}
-        base = None  # the held-out and probe scores of the untrained weights, shared by every run
-        for method in methods:
+        graded = graded_scenarios(sc)
+        pools = [(g.pool, list(g.heldout)) for g in {g.pool: g for g in graded}.values()]
+        entry: dict[str, Any] = {"preference": sc.preference, "graded": [g.name for g in graded],
+                                 "heldout": sum(len(q) for _, q in pools), "probes": len(PROBES), "runs": {},
+                                 "reference": {}}
+        result["scenarios"][sc.name] = entry
+        ref = entry["reference"]
+        if "oracle" in columns and sc is not CONTROL:
             for seed in seeds:
+                print(f"\n== {sc.name} / oracle / seed {seed}", flush=True)
+                rec = run_oracle(sc, seed, args, pools, args.out / "cache")
+                ref[f"oracle/{seed}"] = rec | {"eval": grade(sc, rec["eval"])}
+                print(f"  oracle: {point_text({'eval': ref[f'oracle/{seed}']['eval']}, None)}", flush=True)
+                _save(result, args.out, time.time() - t0)
+        for method in methods if "loop" in columns or "base" in columns else []:
+            for seed in seeds if "loop" in columns else seeds[:1]:
                 print(f"\n== {sc.name} / {method} / seed {seed}", flush=True)
-                run = runs[f"{method}/{seed}"] = run_method(sc, method, seed, args, base)
-                base = run["curve"][0]["eval"]
+                run = run_method(sc, method, seed, args, pools, ref, loop="loop" in columns, told="told" in columns)
+                if "loop" in columns:
+                    entry["runs"][f"{method}/{seed}"] = run
                 _save(result, args.out, time.time() - t0)
                 write_summaries(result, only=(sc.name, f"{method}/{seed}"))
     print_summary(result)
@@ -108,6 +150,11 @@ def main() -> None:
           f"({(time.time() - t0) / 60:.0f} min)")
 
 
+def graded_scenarios(sc: Scenario) -> list[Scenario]:
+    """Whose adherence a run reports: its own; for the control user, every scenario's (and its own)."""
+    return [*SCENARIOS.values(), CONTROL] if sc is CONTROL else [sc]
+
+
 def _save(result: dict, out: Path, seconds: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     result["seconds"] = round(seconds, 1)
@@ -115,50 +162,10 @@ def _save(result: dict, out: Path, seconds: float) -> None:
 
 
 # -- one daemon, one method ---------------------------------------------------------------------
-class Daemon(ClawdServe):
-    """`clawd serve` on a fresh home with one training method and the bench's loop flags, in a
-    session of its own, without the user's CLAWD_* variables (the daemon also reads them and
-    $CLAWD_HOME/config.json: keep the user's out); its log is home/daemon.out."""
-
-    def __init__(self, method: str, args: argparse.Namespace, home: Path):
-        flags = ["--home", str(home), "--train-method", method, *LOOP_FLAGS,
-                 *(["--model", args.model] if args.model else []),
-                 *(["--threads", str(args.threads)] if args.threads else []), *shlex.split(args.daemon_args)]
-        super().__init__(home, *flags, log=home / "daemon.out", keep_clawd_env=False, new_session=True)
-        self.settings = learning_settings(flags)
-        self.api = self.client(timeout=900)
-
-    def status(self) -> dict[str, Any]:
-        return httpx.get(self.url + "/v1/clawd/status", timeout=60).json()
-
-    def chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int,
-             headers: dict[str, str] | None = None) -> tuple[str, str]:
-        r = self.api.chat.completions.create(model="clawd", messages=messages, max_tokens=max_tokens,
-                                             temperature=temperature, seed=seed, extra_headers=headers)
-        return r.id, r.choices[0].message.content or ""
-
-
-def is_learning(name: str) -> bool:
-    """A setting that decides how a run learns (judge, trainer, gate), recorded with its results."""
-    return name.startswith(("judge_", "train_", "lora_", "w_", "gate_")) or name in ("lr", "max_train_tokens")
-
-
-def learning_settings(serve_argv: list[str]) -> dict[str, Any]:
-    """The daemon's learning settings for these `clawd serve` flags (with --home), parsed as the daemon
-    parses them, without the CLAWD_* variables the daemon is started without."""
-    from clawd.cli import build_parser
-    from clawd.config import Settings
-
-    given = {k: v for k, v in vars(build_parser().parse_args(["serve", *serve_argv])).items() if k in Settings.model_fields}
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("CLAWD_")}
-    try:
-        settings = Settings(**given).public()
-    finally:
-        os.environ.update(saved)
-    return {k: v for k, v in settings.items() if is_learning(k)}
-
-
-def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, base: dict | None) -> dict[str, Any]:
+def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, pools: list[tuple[str, list[str]]],
+               ref: dict[str, Any], loop: bool = True, told: bool = True) -> dict[str, Any]:
+    """One loop run on a fresh daemon. Before any turn, the base and told columns (cached across runs,
+    stored in `ref`); then conversation, rounds and scoring."""
     home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-{sc.name}-{method}-{seed}-"))
     t0 = time.time()
     # The judge's calibration is measured once per model file (minutes); a user's daemon does it
@@ -167,15 +174,28 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, b
     if calibrations.is_dir():
         shutil.copytree(calibrations, home / "judge")
     d = Daemon(method, args, home).start()
+    cache = args.out / "cache"
     try:
-        ev = base or evaluate(d, sc, args)
+        if "base" not in ref:
+            ref["base"] = cached_answers(d, pools, args.max_tokens, cache)
+            print(f"  base: {point_text({'eval': grade(sc, ref['base'])}, None)}", flush=True)
+        if told and "told" not in ref and sc is not CONTROL:
+            ref["told"] = cached_answers(d, pools, args.max_tokens, cache, told_sc=sc)
+            print(f"  told: {point_text({'eval': grade(sc, ref['told'])}, grade(sc, ref['base']))}", flush=True)
         # the model the daemon serves, as it says: without --model, its default (Qwen once assembled)
         run: dict[str, Any] = {"method": method, "seed": seed, "settings": d.settings,
                                "model": Path(d.status()["model"]["path"]).name,
-                               "curve": [{"feedback_turns": 0, "adapter": None, "eval": ev}], "turns": [], "rounds": []}
-        print(f"  0 feedback turns (base{', shared' if base else ''}): {point_text(run['curve'][0], ev)}", flush=True)
-        converse_and_learn(d, sc, seed, args, run)
-        run["judge"] = judge_agreement(d, run["turns"])
+                               "curve": [{"feedback_turns": 0, "adapter": None, "eval": ref["base"]}], "turns": [],
+                               "rounds": []}
+        if loop:
+            converse_and_learn(d, sc, seed, args, run, pools)
+            if not args.score_every_adapter:
+                live = (d.status()["adapter"] or {}).get("version")
+                ev = greedy_answers(d, pools, args.max_tokens) if live is not None else ref["base"]
+                run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": live, "eval": ev})
+                print(f"  after {len(run['turns'])} feedback turns, adapter {live}: "
+                      f"{point_text({'eval': grade(sc, ev)}, grade(sc, ref['base']))}", flush=True)
+            run["judge"] = judge_agreement(d, run["turns"])
         if (home / "judge").is_dir():
             shutil.copytree(home / "judge", calibrations, dirs_exist_ok=True)
     except BaseException:
@@ -188,9 +208,11 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, b
     return run
 
 
-def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namespace, run: dict[str, Any]) -> None:
+def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namespace, run: dict[str, Any],
+                       pools: list[tuple[str, list[str]]]) -> None:
     """Talk until a round's worth of turns has feedback, let the daemon judge, train and publish on
-    its own, score what went live; until --turns feedback turns. Same prompts and seeds for every method."""
+    its own; with --score-every-adapter, score what went live; until --turns feedback turns. Same
+    prompts and seeds for every method."""
     rng = random.Random(seed)
     prompts = list(sc.prompts)
     rng.shuffle(prompts)
@@ -208,10 +230,10 @@ def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namesp
         print(f"  {len(run['turns'])} feedback turns: {sum(t['ok'] for t in block)}/{len(block)} answers met the "
               f"preference, {sum(t['non_answer'] is not None for t in block)} were no answer "
               f"({talked:.0f}s of conversation); waiting for the daemon", flush=True)
-        since = time.time()
-        st, waited = wait_for_round(d, since=since, timeout=args.round_timeout)
+        t_wait = time.time()
+        st, waited = wait_for_round(d, since=t_wait, timeout=args.round_timeout)
         rnd = {"feedback_turns": len(run["turns"]), "talk_s": round(talked, 1), "learn_s": round(waited, 1),
-               "train": _since(st["training"]["last"], since), "publish": _since(st["training"]["last_publish"], since),
+               "train": since(st["training"]["last"], t_wait), "publish": since(st["training"]["last_publish"], t_wait),
                "turn_counts": st["turns"]}
         run["rounds"].append(rnd)
         live = (st["adapter"] or {}).get("version")
@@ -224,12 +246,12 @@ def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namesp
             print(f"  no new adapter after {waited:.0f}s: {why}", flush=True)
             continue
         version = live
-        t_eval = time.time()
-        ev = evaluate(d, sc, args)
-        rnd["eval_s"] = round(time.time() - t_eval, 1)
-        run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": version, "eval": ev})
-        print(f"  adapter {version} live after {waited:.0f}s: {point_text(run['curve'][-1], run['curve'][0]['eval'])}",
-              flush=True)
+        print(f"  adapter {version} live after {waited:.0f}s", flush=True)
+        if args.score_every_adapter:
+            t_eval = time.time()
+            ev = greedy_answers(d, pools, args.max_tokens)
+            rnd["eval_s"] = round(time.time() - t_eval, 1)
+            run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": version, "eval": ev})
 
 
 def converse(d: Daemon, sc: Scenario, prompt: str, args: argparse.Namespace, seed: int,
@@ -239,7 +261,7 @@ def converse(d: Daemon, sc: Scenario, prompt: str, args: argparse.Namespace, see
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
     turns = []
     for attempt in range(2):
-        cid, text = d.chat(messages, args.max_tokens, temperature=0.7, seed=seed + attempt)
+        cid, text = d.chat(messages, args.max_tokens, temperature=SAMPLING_TEMPERATURE, seed=seed + attempt)
         ok, why, reaction = react(sc, prompt, text, attempt, rng.choice)
         turns.append({"id": cid, "prompt": prompt, "attempt": attempt, "ok": ok, "non_answer": why, "text": text,
                       "reaction": reaction})
@@ -248,69 +270,8 @@ def converse(d: Daemon, sc: Scenario, prompt: str, args: argparse.Namespace, see
             break
     # The reaction reaches the daemon as the next request, which links it to the answer as that
     # answer's next state. The reply to it ends the session and is never judged.
-    d.chat(messages, 16, temperature=0.7, seed=seed + 9, headers={"X-Session-Done": "1"})
+    d.chat(messages, 16, temperature=SAMPLING_TEMPERATURE, seed=seed + 9, headers={"X-Session-Done": "1"})
     return turns
-
-
-def wait_for_round(d: Daemon, since: float, timeout: float) -> tuple[dict[str, Any], float]:
-    """Until the daemon has gone idle after `since`: judged everything, and trained and published
-    if enough turns were ready."""
-    deadline = since + timeout
-    while time.time() < deadline:
-        st = d.status()
-        if st["doing"] == "idle" and time.time() - st["doing_since_s"] > since:
-            return st, time.time() - since
-        time.sleep(2)
-    raise TimeoutError(f"the daemon did not finish a round within {timeout:.0f}s; last status: {json.dumps(st)[:1500]}")
-
-
-def _since(event: dict | None, since: float) -> dict | None:
-    """A status event if it happened after `since` (status keeps the last one, however old)."""
-    return event if event is not None and event.get("at", 0) > since else None
-
-
-# -- scoring ------------------------------------------------------------------------------------
-SIDE = {"X-Turn-Type": "side"}  # scoring requests are recorded as side turns: never judged or trained on
-
-
-def evaluate(d: Daemon, sc: Scenario, args: argparse.Namespace) -> dict[str, Any]:
-    """The live weights' greedy answers to the held-out prompts and the probes, graded."""
-    t0 = time.time()
-
-    def ask(question: str, max_tokens: int) -> str:
-        return d.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
-                      max_tokens, temperature=0.0, seed=0, headers=SIDE)[1]
-
-    held = [{"prompt": q, "text": ask(q, args.max_tokens)} for q in sc.heldout]
-    probes = [{"question": q, "accepted": list(acc), "text": ask(q, 48)} for q, acc in PROBES]
-    return grade(sc, {"seconds": round(time.time() - t0, 1), "heldout": held, "probes": probes})
-
-
-def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:
-    """Grades recorded answers in place (also how --rescore re-grades an old run) and sums them up:
-    adherence, and beside it the share of held-out replies that were no answer at all (degenerate) and
-    of those that answered without the known content (wrong); probe accuracy and degenerate share."""
-    for h in ev["heldout"]:
-        h |= grade_heldout(sc, h["prompt"], h["text"])
-    for p in ev["probes"]:
-        # Runs recorded before the probes kept their accepted answers were graded by an older list,
-        # whose "144 divided by 12?" contains its own answer: their verdict stands, and a right
-        # answer is an answer.
-        if "accepted" in p:
-            p["ok"] = probe_right(p["question"], p["text"], tuple(p["accepted"]))
-        p["non_answer"] = None if p["ok"] else non_answer(p["question"], p["text"])
-    held, probes = ev["heldout"], ev["probes"]
-    return ev | {
-        "adherence": _share(held, lambda h: h["ok"]),
-        "degenerate": _share(held, lambda h: h["non_answer"] is not None),
-        "non_answers": {why: sum(h["non_answer"] == why for h in held) for why in ("echo", "empty", "off-topic")},
-        "wrong": _share(held, lambda h: h["non_answer"] is None and not h["known"]),
-        "probe_accuracy": _share(probes, lambda p: p["ok"]),
-        "probe_degenerate": _share(probes, lambda p: p["non_answer"] is not None)}
-
-
-def _share(items: list[dict], pred) -> float:
-    return sum(map(pred, items)) / len(items)
 
 
 def judge_agreement(d: Daemon, turns: list[dict[str, Any]]) -> dict[str, Any]:

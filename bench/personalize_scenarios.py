@@ -22,6 +22,8 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from personalize_prompts import CODING, GENERAL, MEASURE, Known, heldout
+
 SYSTEM = "You are a helpful assistant."
 
 # -- does the reply answer at all? ----------------------------------------------------------------
@@ -109,16 +111,6 @@ def answers(question: str, reply: str) -> bool:
 
 
 # -- known answers of held-out prompts ------------------------------------------------------------
-@dataclass(frozen=True)
-class Known:
-    """What any right answer to a held-out prompt contains: one of `words` (prefixes of a word, in
-    English and French, since the french scenario asks the same prompts), or a number inside one of
-    `ranges` (bounds in every unit a right answer might use, so the check does not take the metric
-    scenario's side)."""
-    words: tuple[str, ...] = ()
-    ranges: tuple[tuple[float, float], ...] = ()
-
-
 _NUMBER = re.compile(r"(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?:\.\d+)?")
 
 
@@ -164,9 +156,14 @@ def has_no_list(question: str, reply: str) -> bool:
 SIGN_OFF = "Hope this helps!"
 
 
-def ends_with_sign_off(question: str, reply: str) -> bool:
+def signed_off(reply: str) -> bool:
+    """The reply's last words are the sign-off (bold or not, with a full stop for the "!")."""
     tail = reply.strip().strip("*_ ").lower()
-    return answers(question, reply) and tail.endswith((SIGN_OFF.lower(), SIGN_OFF.lower().rstrip("!") + "."))
+    return tail.endswith((SIGN_OFF.lower(), SIGN_OFF.lower().rstrip("!") + "."))
+
+
+def ends_with_sign_off(question: str, reply: str) -> bool:
+    return answers(question, reply) and signed_off(reply)
 
 
 _NUM = r"\d[\d,.]*\s*"
@@ -190,117 +187,91 @@ def is_french(question: str, reply: str) -> bool:
     return answers(question, reply) and fr >= 3 and fr > en
 
 
-# -- prompts ------------------------------------------------------------------------------------
-# Questions that invite a long, listy answer: room for every preference below to be missed.
-GENERAL = [
-    "How can I sleep better at night?",
-    "What should I pack for a weekend hiking trip?",
-    "How do I start learning to play the guitar?",
-    "What are good ways to save money on groceries?",
-    "How does a refrigerator keep food cold?",
-    "What should I consider when adopting a dog?",
-    "How do I make a good cup of coffee at home?",
-    "Why do leaves change color in autumn?",
-    "How can I get better at public speaking?",
-    "What is the difference between a virus and a bacterium?",
-    "How do I keep houseplants alive?",
-    "What are the benefits of regular exercise?",
-    "How does compound interest work?",
-    "What makes a good password?",
-    "How can I stay focused while working from home?",
-    "What is photosynthesis?",
-    "How do I prepare for a job interview?",
-    "Why is the sky blue?",
-    "How do vaccines work?",
-    "What are some tips for writing a clear email?",
-    "How do I clean a cast iron pan?",
-    "What causes earthquakes?",
-    "How can I reduce stress?",
-    "What is machine learning?",
-    "How do I plan a budget for a vacation?",
-    "What is the best way to learn a new language?",
-    "How does a bicycle stay upright?",
-    "What should I know before running my first marathon?",
-    "How do solar panels produce electricity?",
-    "How do I make new friends in a new city?",
-    "What is inflation?",
-    "How should I organize my closet?",
-]
-# Each with what a right answer mentions (any one of the words; French for the french scenario).
-GENERAL_HELDOUT = {
-    "How can I improve my memory?": Known(words=(
-        "sleep", "exercis", "repeat", "repetit", "practic", "mnemonic", "brain", "diet", "puzzle", "meditat",
-        "read", "review", "sommeil", "dormir", "cerveau", "répét", "exercice", "pratiqu", "sport", "lire",
-        "lecture", "alimentation")),
-    "What should I know about caring for a cat?": Known(words=(
-        "food", "feed", "water", "litter", "vet", "groom", "play", "toy", "brush", "vaccin", "nutrition",
-        "nourri", "eau", "litière", "vétérinaire", "jouet", "brosse", "croquette")),
-    "How does the internet work?": Known(words=(
-        "network", "data", "server", "computer", "protocol", "packet", "router", "cable", "tcp",
-        "réseau", "données", "serveur", "ordinateur", "protocole", "paquet", "routeur", "câble")),
-    "What are good habits for a healthy morning?": Known(words=(
-        "water", "breakfast", "exercis", "stretch", "sleep", "wake", "meditat", "walk", "diet", "shower",
-        "eau", "petit-déjeuner", "petit déjeuner", "réveil", "étire", "étirement", "médit", "marche",
-        "sommeil", "sport", "douche")),
-    "How do I choose a good laptop?": Known(words=(
-        "processor", "cpu", "ram", "memory", "battery", "screen", "display", "storage", "ssd", "budget",
-        "price", "weight", "processeur", "mémoire", "batterie", "écran", "stockage", "prix", "poids")),
-    "Why do we have seasons?": Known(words=(
-        "tilt", "axis", "axial", "orbit", "angle", "sunlight", "inclin", "axe", "orbite", "rayons")),
-    "How can I become a better cook?": Known(words=(
-        "recipe", "practic", "ingredient", "technique", "knife", "knives", "spice", "taste", "flavor",
-        "flavour", "class", "recette", "ingrédient", "pratiqu", "goût", "goûte", "couteau", "épice", "cours")),
-    "What is a black hole?": Known(words=(
-        "gravit", "light", "mass", "star", "collaps", "escape", "dens", "lumière", "masse", "étoile",
-        "effondr", "échapp")),
+# Preamble: what a reply says before it answers. An opener of politeness or announcement ("Sure!",
+# "Great question.", "Here are some tips", "There are several ways", "I'd be happy to help", "When it
+# comes to …"), or a first line that only introduces what follows (it ends with a colon, or is a heading).
+_OPENER = re.compile(
+    r"^(?:sure|certainly|of course|absolutely|great|good|excellent|okay|ok|yes|well|hello|hi|hey)\b"
+    r"|^here(?:'s|’s| is| are)\b|^there are (?:several|many|a few|some|various|multiple|different|numerous|a number)\b"
+    r"|^(?:i(?:'d|’d| would| will|'ll|’ll| can| am|'m|’m)|let me|let's|let’s)\b"
+    r"|^(?:to answer|when it comes to|it(?:'s|’s| is) (?:important|essential|crucial|a good idea|great))\b"
+    r"|^(?:that(?:'s|’s| is) a (?:great|good|common))\b", re.IGNORECASE)
+
+
+def preamble(reply: str) -> bool:
+    """The reply opens with a preamble instead of the answer (see _OPENER)."""
+    first = next((line.strip() for line in reply.splitlines() if line.strip()), "")
+    if first.startswith("#") or first.rstrip("*_ ").endswith(":"):
+        return True
+    return bool(_OPENER.search(first.lstrip("*_#> ")))
+
+
+def answer_first(question: str, reply: str) -> bool:
+    return answers(question, reply) and not preamble(reply)
+
+
+_FENCE = re.compile(r"^\s*```", re.MULTILINE)
+# A code line outside a fence: indented by 4 spaces or a tab, not a list item, with code's punctuation.
+_INDENTED_CODE = re.compile(r"^(?: {4}|\t)(?!\s*(?:[-*•+]|\d+[.)])\s)[^\n]*[(){}\[\];=<>][^\n]*$", re.MULTILINE)
+
+
+def has_no_code(question: str, reply: str) -> bool:
+    """No code block: no ``` fence and no indented code line. Code words in prose (`list`) are fine."""
+    return answers(question, reply) and not _FENCE.search(reply) and not _INDENTED_CODE.search(reply)
+
+
+_MARKUP = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__|^\s*#{1,6}\s", re.MULTILINE)
+
+
+def has_no_bold(question: str, reply: str) -> bool:
+    """Plain text: no bold (**x**, __x__) and no markdown heading. Lists are allowed."""
+    return answers(question, reply) and not _MARKUP.search(reply)
+
+
+def ends_with_question(question: str, reply: str) -> bool:
+    """The reply's last sentence is a question back to the user ("Would you like …?")."""
+    return answers(question, reply) and reply.strip().rstrip("*_ ").endswith("?")
+
+
+def one_paragraph(question: str, reply: str) -> bool:
+    """One paragraph: no blank line and no line break inside the answer."""
+    return answers(question, reply) and "\n" not in reply.strip()
+
+
+# The control user's facts for measurement prompts asked in conversation: the range of a right
+# figure in each unit an answer might use, as for the held-out prompts.
+CONTROL_FACTS = {
+    "How tall is Mount Everest?": Known(ranges=((8840, 8850), (29000, 29040), (8.8, 8.9))),
+    "How far is it from New York to Los Angeles?": Known(ranges=((3900, 4600), (2400, 2900))),
+    "How much does an adult elephant weigh?": Known(ranges=((2000, 7000), (2, 7), (4000, 15500))),
+    "What is a normal human body temperature?": Known(ranges=((36, 37.5), (96.5, 99.6))),
+    "How long is the Golden Gate Bridge?": Known(ranges=((1270, 2740), (1.2, 2.8), (4100, 9000), (1.6, 1.8))),
+    "How deep is the Mariana Trench?": Known(ranges=((10900, 11040), (10.9, 11.1), (35700, 36300), (6.7, 6.9))),
+    "How heavy is a typical car?": Known(ranges=((900, 2500), (0.9, 2.5), (2000, 5500))),
+    "How hot does it get in Death Valley?": Known(ranges=((49, 57), (120, 135))),
+    "How long is a marathon?": Known(ranges=((42, 42.3), (42000, 42200), (26, 26.3))),
+    "How tall is the Eiffel Tower?": Known(ranges=((300, 331), (984, 1090))),
+    "How far away is the Moon?": Known(ranges=((356000, 407000), (384, 385), (221000, 253000), (238, 239))),
+    "How much water should I drink in a day?": Known(ranges=((1.5, 4), (1500, 4000), (6, 16), (64, 130))),
+    "How long is the Nile river?": Known(ranges=((6500, 6900), (4000, 4300))),
+    "How much does a newborn baby usually weigh?": Known(ranges=((2.5, 4.5), (2500, 4500), (5.5, 10))),
+    "How fast can a cheetah run?": Known(ranges=((90, 130), (55, 80), (25, 36))),
+    "At what temperature does water boil?": Known(ranges=((100, 100), (212, 212), (373, 373.2))),
+    "How big is an Olympic swimming pool?": Known(ranges=((50, 50), (25, 25), (2500, 2500), (164, 164))),
+    "How tall is the Statue of Liberty?": Known(ranges=((46, 94), (151, 306))),
+    "How much does a gallon of milk weigh?": Known(ranges=((8, 9), (3.6, 4.1), (3600, 4100))),
+    "How cold is it at the South Pole in winter?": Known(ranges=((-80, -40), (-110, -40), (40, 80), (40, 110))),
+    "How long is a football field?": Known(ranges=((100, 120), (300, 360), (91, 110))),
+    "How far can a commercial airplane fly without refueling?": Known(ranges=((3000, 20000), (2000, 12500))),
+    "How high do commercial planes fly?": Known(ranges=((9, 13), (9000, 13000), (30000, 42000))),
+    "How much luggage can I usually bring on a plane?": Known(ranges=((7, 32), (15, 70), (1, 2))),
 }
 
-# Questions whose answer is a measurement: metric or imperial is the answerer's choice.
-MEASURE = [
-    "How tall is Mount Everest?",
-    "How far is it from New York to Los Angeles?",
-    "How much does an adult elephant weigh?",
-    "What is a normal human body temperature?",
-    "How long is the Golden Gate Bridge?",
-    "How deep is the Mariana Trench?",
-    "How heavy is a typical car?",
-    "How hot does it get in Death Valley?",
-    "How long is a marathon?",
-    "How tall is the Eiffel Tower?",
-    "How far away is the Moon?",
-    "How much water should I drink in a day?",
-    "How long is the Nile river?",
-    "How much does a newborn baby usually weigh?",
-    "How fast can a cheetah run?",
-    "At what temperature does water boil?",
-    "How big is an Olympic swimming pool?",
-    "How tall is the Statue of Liberty?",
-    "How much does a gallon of milk weigh?",
-    "How cold is it at the South Pole in winter?",
-    "How long is a football field?",
-    "How far can a commercial airplane fly without refueling?",
-    "How high do commercial planes fly?",
-    "How much luggage can I usually bring on a plane?",
-]
-# Each with the range of a right figure in every unit an answer might give it in.
-MEASURE_HELDOUT = {
-    # 381 m to the roof, 443 m to the tip; 1,250 / 1,454 ft; 102 floors
-    "How tall is the Empire State Building?": Known(ranges=((370, 450), (1200, 1480), (102, 102))),
-    # 344 km in a straight line, ~460 km by road; 214 / 290 miles
-    "How far is it from London to Paris?": Known(ranges=((300, 500), (200, 320))),
-    # adult grizzlies: 130-360 kg, 290-800 lb
-    "How much does a grizzly bear weigh?": Known(ranges=((100, 1000),)),
-    # ~5,500 °C, 5,772 K, ~10,000 °F
-    "How hot is the surface of the Sun?": Known(ranges=((5000, 6200), (9000, 11000))),
-    # 21,196 km with every branch, 8,850 km for the Ming wall; 13,171 / 5,500 miles
-    "How long is the Great Wall of China?": Known(ranges=((5000, 22000),)),
-    # 1,642 m at its deepest, 744 m on average; 5,387 / 2,441 ft
-    "How deep is Lake Baikal?": Known(ranges=((1600, 1700), (700, 760), (5300, 5450), (2400, 2480))),
-    # 343 m/s in air at 20 °C; 1,235 km/h; 767 mph; 1,125 ft/s
-    "How fast does sound travel?": Known(ranges=((330, 350), (1190, 1250), (740, 780), (1080, 1150))),
-    # 341 ha, 3.41 km², 843 acres, 1.32 sq mi; 4 km (2.5 mi) long
-    "How big is Central Park?": Known(ranges=((330, 350), (3.3, 4.1), (800, 860), (1.3, 1.4), (2.5, 2.5))),
-}
+
+def right_answer(question: str, reply: str) -> bool:
+    """The control user's only standard: an answer, and for a measurement a right figure."""
+    known = CONTROL_FACTS.get(question)
+    return answers(question, reply) and (known is None or has_known_answer(reply, known))
 
 
 @dataclass(frozen=True)
@@ -309,8 +280,13 @@ class Scenario:
     preference: str  # what the user wants, for the report; the daemon never sees it
     check: Callable[[str, str], bool]  # (question, reply): answers it, and as the user wants
     complaints: tuple[str, ...]  # what the user says when an answer misses the preference
+    pool: str  # the prompt pool: conversation prompts and held-out prompts (personalize_prompts)
     prompts: tuple[str, ...]  # asked in conversation
-    heldout: dict[str, Known]  # only ever scored, each with what a right answer contains
+
+    @property
+    def heldout(self) -> dict[str, Known]:
+        """Only ever scored, each with what a right answer contains."""
+        return heldout(self.pool)
 
 
 THANKS = ("Thanks, that's it.", "Perfect, thank you!", "Great, that's exactly what I needed.", "Thanks, that helps.")
@@ -340,28 +316,58 @@ SCENARIOS = {s.name: s for s in (
     Scenario("brevity", "answers of at most two sentences", at_most_two_sentences,
              ("Too long — keep it to two sentences.", "Way too much text. Two sentences max, please.",
               "Can you say that in two sentences? I don't need all the detail."),
-             tuple(GENERAL), GENERAL_HELDOUT),
+             "general", tuple(GENERAL)),
     Scenario("no_lists", "no bullet or numbered lists, prose only", has_no_list,
              ("No lists please — just write it as a normal paragraph.",
               "I hate bullet points. Can you write that as plain prose?",
               "Please don't format it as a list; a short paragraph is fine."),
-             tuple(GENERAL), GENERAL_HELDOUT),
+             "general", tuple(GENERAL)),
     Scenario("sign_off", f'every answer ends with "{SIGN_OFF}"', ends_with_sign_off,
              (f'You forgot the sign-off: always end with "{SIGN_OFF}"',
               f'Please finish your answers with "{SIGN_OFF}" like I asked.',
               f'End it with "{SIGN_OFF}" please, that\'s how I like it.'),
-             tuple(GENERAL), GENERAL_HELDOUT),
+             "general", tuple(GENERAL)),
     Scenario("metric", "metric units only (no miles, feet, pounds, °F)", uses_metric_only,
              ("Please use metric units — kilometres, kilograms, Celsius. I don't do miles or pounds.",
               "Metric, please! I have no idea what that is in feet or pounds.",
               "Can you give me that in metric units only?"),
-             tuple(MEASURE), MEASURE_HELDOUT),
+             "measure", tuple(MEASURE)),
     Scenario("french", "answers in French", is_french,
              ("En français, s'il vous plaît ! I'd rather read answers in French.",
               "Please answer in French — je préfère le français.",
               "Réponds en français, please."),
-             tuple(GENERAL), GENERAL_HELDOUT),
+             "general", tuple(GENERAL)),
+    # Candidates for scenarios within the 0.5B model's reach (issue 27), each kept only if the
+    # model's own samples on the conversation prompts pass often enough (bench/personalize_reach.py).
+    Scenario("answer_first", "the answer first, with no preamble", answer_first,
+             ("Skip the intro and just answer.", "Get to the point — start with the answer, no preamble.",
+              "No need for 'Sure!' or 'Here are some tips'. Just start with the answer."),
+             "general", tuple(GENERAL)),
+    Scenario("no_code", "no code unless asked: explain in words", has_no_code,
+             ("I didn't ask for code — just explain it in words.", "No code please, a plain explanation is enough.",
+              "Please don't paste code; tell me in prose."),
+             "coding", tuple(CODING)),
+    Scenario("no_bold", "plain text: no bold and no headings", has_no_bold,
+             ("Please stop bolding things and adding headings; plain text is fine.",
+              "No bold text or headers, please. Just plain text.",
+              "The formatting is too much — no bold, no headings."),
+             "general", tuple(GENERAL)),
+    Scenario("ends_with_question", "a question back to the user at the end", ends_with_question,
+             ("Always finish by asking me a follow-up question.", "End with a question to me, please, so we can go on.",
+              "Can you end your answers by asking me something back?"),
+             "general", tuple(GENERAL)),
+    Scenario("one_paragraph", "one paragraph, no line breaks", one_paragraph,
+             ("Just one paragraph please, no line breaks.", "Keep it to a single paragraph.",
+              "Too many paragraphs. One block of text is enough."),
+             "general", tuple(GENERAL)),
 )}
+
+# The control user: no hidden preference. Any right answer is thanked; only a non-answer or a wrong
+# figure is corrected. Learning from it must leave every scenario's adherence where it was.
+CONTROL = Scenario("control", "none: any right answer", right_answer,
+                   ("That's not right — can you check the figure?", "I don't think that number is correct.",
+                    "Hmm, that figure looks wrong to me."),
+                   "measure", tuple(p for pair in zip(GENERAL, MEASURE) for p in pair) + tuple(GENERAL[len(MEASURE):]))
 
 # -- grading ------------------------------------------------------------------------------------
 def grade_heldout(sc: Scenario, question: str, reply: str) -> dict:

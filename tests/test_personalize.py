@@ -13,24 +13,34 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from personalize_measures import interval, measures, paired, share_of_oracle  # noqa: E402
+from personalize_oracle import oracle_keep  # noqa: E402
 from personalize_probes import PROBES  # noqa: E402
+from personalize_prompts import CODING, GENERAL, MEASURE, heldout  # noqa: E402
 from personalize_scenarios import (  # noqa: E402
+    CONTROL,
     GIVE_UP,
     NON_ANSWER_COMPLAINTS,
     SCENARIOS,
     THANKS,
     Known,
+    answer_first,
     at_most_two_sentences,
     content_words,
     count_sentences,
+    ends_with_question,
     ends_with_sign_off,
     grade_heldout,
     has_known_answer,
+    has_no_bold,
+    has_no_code,
     has_no_list,
     is_french,
     non_answer,
+    one_paragraph,
     probe_right,
     react,
+    right_answer,
     uses_metric_only,
 )
 
@@ -215,11 +225,11 @@ def test_probes_are_not_the_gates():
 
 
 def test_scenarios_are_sound():
-    assert len(SCENARIOS) >= 4
-    for sc in SCENARIOS.values():
+    assert len(SCENARIOS) >= 8
+    for sc in (*SCENARIOS.values(), CONTROL):
         # held-out prompts are never asked in conversation
         assert not set(sc.heldout) & set(sc.prompts), sc.name
-        assert len(sc.heldout) >= 8 and len(sc.prompts) >= 16 and sc.complaints
+        assert len(sc.heldout) >= 32 and len(sc.prompts) >= 16 and sc.complaints
         assert all(k.words or k.ranges for k in sc.heldout.values()), sc.name
         for q in (*sc.prompts, *sc.heldout):  # no checker passes the question itself
             assert not sc.check(q, q), (sc.name, q)
@@ -228,7 +238,7 @@ def test_scenarios_are_sound():
 def test_the_bench_runs_on_the_daemons_defaults(tmp_path):
     """Only when the scheduler looks differs from what a user gets: no learning rate, batch or
     training length of the bench's own."""
-    from personalize import LOOP_FLAGS, is_learning, learning_settings
+    from personalize_eval import LOOP_FLAGS, is_learning, learning_settings
 
     from clawd.config import Settings
 
@@ -251,3 +261,136 @@ def test_rescore_finds_the_echoes_the_readme_once_counted_as_success():
         [(0, 0.5, 0.0), (13, 0.375, 0.5), (21, 0.0, 1.0)]
     assert s["curve"][-1]["non_answers"]["echo"] == 8
     assert s["conversation"]["non_answers_thanked"] == s["conversation"]["non_answers"] == 15
+
+
+# -- the scenarios added for issue 27, each checker on passing, failing and non-answer texts ---------
+HOW = "How can I get better at public speaking?"
+
+
+def test_answer_first():
+    assert answer_first(HOW, "Practice out loud in front of a friend, and record yourself to spot filler words.")
+    assert answer_first(HOW, "Rehearse often. Here is why: practice builds the habit.")  # "Here is" mid-answer
+    for preamble in ("Sure! Practice out loud in front of a friend every week.",
+                     "Great question. Practice out loud in front of a friend.",
+                     "Here are some tips:\n- practice out loud\n- record yourself",
+                     "There are several ways to improve. Practice out loud with a friend.",
+                     "I'd be happy to help! Practice out loud with a friend.",
+                     "To get better at public speaking, consider the following:\n1. Practice",
+                     "## Public speaking\nPractice out loud with a friend.",
+                     "**Sure!** Practice out loud with a friend."):
+        assert not answer_first(HOW, preamble), preamble
+    assert not answer_first(HOW, HOW) and not answer_first(HOW, "")  # no answer at all
+
+
+def test_no_code():
+    q = "What is a callback function?"
+    assert has_no_code(q, "A callback is a function you pass to another function, which calls it later, "
+                          "for example when a download finishes. In Python, `sorted` takes one as `key`.")
+    assert has_no_code(q, "A callback is a function passed to another:\n    - it runs later\n    - when an event fires")
+    assert not has_no_code(q, "A callback is passed to another function:\n```python\ndef f(cb):\n    cb()\n```")
+    assert not has_no_code(q, "A callback runs later. Example:\n\n    button.on_click(handler);\n")
+    assert not has_no_code(q, "A callback is called back:\n```\nunclosed fence")
+    assert not has_no_code(q, q) and not has_no_code(q, "")
+
+
+def test_no_bold():
+    assert has_no_bold(HOW, "Practice out loud.\n- record yourself\n- join a club")  # lists are fine here
+    assert not has_no_bold(HOW, "**Practice** out loud with a friend every week.")
+    assert not has_no_bold(HOW, "### Practice\nSpeak out loud with a friend every week.")
+    assert not has_no_bold(HOW, "Practice __out loud__ with a friend every week.")
+    assert has_no_bold(HOW, "Practice at 2*3 times a week, with a friend and a timer.")  # a lone star is no bold
+    assert not has_no_bold(HOW, "**Sure!**")  # no answer
+
+
+def test_ends_with_question():
+    assert ends_with_question(HOW, "Practice out loud with a friend. Would you like some exercises?")
+    assert ends_with_question(HOW, "Practice out loud with a friend. **Want tips for nerves?**")
+    assert not ends_with_question(HOW, "Why do people fear it? Practice out loud with a friend.")
+    assert not ends_with_question(HOW, HOW)  # the question itself ends with "?", and answers nothing
+
+
+def test_one_paragraph():
+    assert one_paragraph(HOW, "Practice out loud with a friend and record yourself.\n")
+    assert not one_paragraph(HOW, "Practice out loud.\n\nRecord yourself too.")
+    assert not one_paragraph(HOW, "Tips:\n- practice\n- record")
+    assert not one_paragraph(HOW, "")
+
+
+def test_the_control_user_corrects_only_wrong_facts():
+    everest = "How tall is Mount Everest?"
+    assert right_answer(everest, "Mount Everest is 8,849 metres tall.")
+    assert right_answer(everest, "About 29,032 feet.")  # any unit: the control user has no preference
+    assert not right_answer(everest, "Mount Everest is about 5,000 metres tall.")  # a wrong figure
+    assert not right_answer(everest, everest)
+    assert right_answer(HOW, "- practice\n- record yourself\n- join a club. Hope this helps!")  # any form is fine
+    assert CONTROL.prompts and all(q in CONTROL.prompts for q in ("How tall is Mount Everest?", HOW))
+    first = lambda options: options[0]  # noqa: E731
+    assert react(CONTROL, everest, "It is 5,000 m.", 0, first) == (False, None, CONTROL.complaints[0])
+    assert react(CONTROL, everest, "It is 8,849 m.", 0, first)[2] in THANKS
+
+
+def test_every_scenario_checks_content_on_every_heldout_prompt():
+    """Content damage shows: a reply in the preferred form without the known content fails."""
+    sc = SCENARIOS["metric"]
+    q = "How deep is Lake Baikal?"
+    assert grade_heldout(sc, q, "Lake Baikal is 1,642 metres deep at its deepest point.")["ok"]
+    damaged = grade_heldout(sc, q, "Lake Baikal is 90 metres deep at its deepest point.")
+    assert damaged == {"ok": False, "non_answer": None, "known": False}
+    for pool in ("general", "measure", "coding"):
+        assert all(k.words or k.ranges for k in heldout(pool).values()), pool
+
+
+def test_heldout_prompts_are_many_and_apart():
+    for pool, conversation in (("general", GENERAL), ("measure", MEASURE), ("coding", CODING)):
+        items = json.loads((ROOT / "bench" / "data" / f"heldout-{pool}.json").read_text())
+        assert len(items) >= 32 and all(x.get("source") for x in items), pool
+        assert not {x["q"] for x in items} & set(conversation), pool
+
+
+# -- continuous measures and intervals -------------------------------------------------------------
+def test_measures_on_fixed_texts():
+    m = measures("**Sure!** Here:\n\n- a 5 km run\n- 3 miles\n\n```py\nx = 1\n```\nHope this helps!")
+    assert m == {"sentences": 6.0, "list_lines": 2.0, "words": 18.0, "metric_units": 1.0, "imperial_units": 1.0,
+                 "sign_off": 1.0, "french_share": 0.0, "code_fences": 2.0, "markup": 1.0, "preamble": 1.0,
+                 "paragraphs": 3.0}
+    fr = measures("Le soleil est une étoile et la Terre tourne autour de lui.")
+    assert fr["french_share"] == 1.0 and fr["sentences"] == 1.0 and fr["preamble"] == 0.0 and fr["list_lines"] == 0.0
+    assert measures("")["words"] == 0.0 and measures("")["paragraphs"] == 0.0
+
+
+def test_the_bootstrap_interval_against_a_hand_computation():
+    # [0]*9 + [1]: a resample's mean is k/10, k ~ Binomial(10, 0.1). P(k = 0) = 0.349 > 0.025, so the
+    # low end is 0; P(k <= 2) = 0.930 and P(k <= 3) = 0.987, so the 97.5th percentile is 0.3.
+    assert interval([0.0] * 9 + [1.0], resamples=20_000) == (0.1, 0.0, 0.3)
+    # [0, 0, 1]: k ~ Binomial(3, 1/3); P(k <= 2) = 26/27 = 0.963 < 0.975, so the high end is 1.
+    assert interval([0.0, 0.0, 1.0], resamples=20_000) == (pytest.approx(1 / 3), 0.0, 1.0)
+    assert interval([0.5] * 4) == (0.5, 0.5, 0.5)
+    # paired: the change on the same prompts; one prompt gained, none lost
+    assert paired([1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], resamples=20_000)[0] == 0.25
+    with pytest.raises(ValueError):
+        paired([1.0], [0.0, 1.0])
+    assert share_of_oracle(0.3, 0.6) == 0.5 and share_of_oracle(0.3, 0.0) is None
+
+
+def test_the_oracle_keeps_exactly_what_the_checker_passes():
+    sc = SCENARIOS["no_lists"]
+    q = "How do I keep houseplants alive?"
+    samples = [{"prompt": q, "id": "a", "text": "Water them weekly and give them bright, indirect light."},
+               {"prompt": q, "id": "b", "text": "Tips:\n- water weekly\n- light"},
+               {"prompt": q, "id": "c", "text": q},  # an echo has no list, and is no answer
+               {"prompt": q, "id": "d", "text": ""},
+               {"prompt": q, "id": "e", "text": "Keep the soil moist, not wet, and wipe dust off the leaves."}]
+    assert [s["id"] for s in oracle_keep(sc, samples)] == ["a", "e"]
+    assert [s["id"] for s in oracle_keep(sc, samples)] == [s["id"] for s in samples if sc.check(q, s["text"])]
+
+
+def test_reach_counts_greedy_and_sampled_answers_apart():
+    from personalize_reach import reach
+
+    q, r = "How do I keep houseplants alive?", "How can I sleep better at night?"
+    prose, listy = "Water them weekly and give them bright, indirect light.", "Tips:\n- water\n- light"
+    answers = [{"prompt": q, "greedy": True, "text": listy}, {"prompt": q, "greedy": False, "text": prose},
+               {"prompt": q, "greedy": False, "text": listy}, {"prompt": r, "greedy": True, "text": listy},
+               {"prompt": r, "greedy": False, "text": listy}, {"prompt": r, "greedy": False, "text": listy}]
+    assert reach(answers, SCENARIOS["no_lists"].check) == {"greedy": 0.0, "sampled": 0.25, "prompts_with_a_pass": 0.5,
+                                                          "samples": 4}
