@@ -1,8 +1,9 @@
 """The adapter directory, defined once (design §7, §8); train writes it, publish and the CLI read it.
 
     adapters/NNNN/           one trained adapter: peft files (adapter_config.json is written
-                             last of them, so it marks a whole one), meta.json, later adapter.gguf
-                             and gate.json from publish
+                             last of them, so it marks a whole one), meta.json, optimizer.pt (the
+                             AdamW state the next round continues from), later adapter.gguf and
+                             gate.json from publish
     adapters/current         relative symlink to the live NNNN (absent: the base weights),
                              replaced with rename(2): a reader sees the old or the new target
     adapters/.staging/       the checkpoint of a round in progress (state.pt), resumed after a kill
@@ -25,6 +26,7 @@ from pathlib import Path
 log = logging.getLogger("clawd.adapters")
 
 GGUF_NAME = "adapter.gguf"  # the converted adapter, beside the peft files in NNNN/
+OPTIMIZER_NAME = "optimizer.pt"  # AdamW's moments and step count at the end of the round that wrote NNNN/
 COMPLETE = "adapter_config.json"
 
 
@@ -52,6 +54,9 @@ class AdapterDir:
 
     def gguf(self, version: int) -> Path:
         return self.dir(version) / GGUF_NAME
+
+    def optimizer(self, version: int) -> Path:
+        return self.dir(version) / OPTIMIZER_NAME
 
     def is_complete(self, version: int) -> bool:
         return (self.dir(version) / COMPLETE).is_file()

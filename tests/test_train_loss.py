@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from clawd.train.backend import Backend, train_tokens
-from clawd.train.loss import K3_MAX, kl_k3, policy_loss, tis_weight
+from clawd.train.loss import K3_MAX, group_advantages, grpo_loss, kl_k3, policy_loss, tis_weight
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 
@@ -163,3 +163,58 @@ def test_max_train_tokens_by_device():
     assert train_tokens(4096, cuda=True) == 4096
     with pytest.raises(ValueError, match="at least 128"):
         train_tokens(64, cuda=False)
+
+
+# -- GRPO ----------------------------------------------------------------------------------------
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0],   # two of four accepted: ±0.5
+                            [0.9, 0.9, 0.9, 0.9],   # all alike: nothing to learn
+                            [0.2, 0.4, 0.6, 0.8]])
+    assert group_advantages(rewards) == pytest.approx(torch.tensor([[0.5, -0.5, -0.5, 0.5],
+                                                                    [0.0, 0.0, 0.0, 0.0],
+                                                                    [-0.3, -0.1, 0.1, 0.3]]))
+    # not divided by the group's spread: judge noise stays noise-sized
+    noisy = group_advantages(torch.tensor([[0.90, 0.91, 0.90, 0.90]]))
+    assert noisy.abs().max().item() == pytest.approx(0.0075)
+
+
+def test_grpo_normalizes_over_the_batchs_tokens():
+    """Two answers, of 1 and 3 tokens, advantages +1 and -1, at ratio 1: the loss is the token mean
+    over all 4 tokens, so every token's gradient is ∓1/4 whatever its answer's length."""
+    old = torch.log(torch.tensor([[0.5, 1.0, 1.0], [0.5, 0.5, 0.5]]))
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    logp = old.clone().requires_grad_(True)
+    loss = grpo_loss(logp, old, torch.tensor([1.0, -1.0]), mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(-(1 - 3) / 4)  # -(Σ A over tokens) / tokens
+    assert logp.grad == pytest.approx(torch.tensor([[-0.25, 0.0, 0.0], [0.25, 0.25, 0.25]]))
+    # the per-answer mean would have given the lone token 3 times the weight of each of the others
+    per_answer = old.clone().requires_grad_(True)
+    policy_loss(per_answer, old, old, torch.tensor([1.0, -1.0]), mask, w_opd=0.0).backward()
+    assert per_answer.grad[0, 0] / per_answer.grad[1, 0] == pytest.approx(-3.0)
+
+
+def test_the_clip_acts_in_the_second_epoch():
+    """Epoch 1 at ratio 1 moves the answer's logprobs; after a large enough step the ratio passes
+    1 + 0.28 and epoch 2's gradient on those tokens is zero (the clip stops a positive advantage
+    from pushing further), while a token still inside the clip keeps its gradient."""
+    old = torch.log(torch.tensor([[0.2, 0.2]]))
+    adv, mask = torch.tensor([1.0]), torch.ones(1, 2)
+    theta = old.clone().requires_grad_(True)
+    grpo_loss(theta, old, adv, mask).backward()  # epoch 1: ratio 1, both tokens pushed up
+    assert torch.all(theta.grad < 0)
+    with torch.no_grad():
+        theta += torch.tensor([[0.4, 0.1]])  # the update: token 0 past the clip (e^0.4 = 1.49), token 1 not
+    theta.grad = None
+    loss = grpo_loss(theta, old, adv, mask)  # epoch 2, same group, same π_old
+    loss.backward()
+    assert theta.grad[0, 0] == 0 and theta.grad[0, 1] < 0
+    assert loss.item() == pytest.approx(-(1.28 + math.exp(0.1)) / 2)
+
+
+def test_grpo_kl_term():
+    old = torch.log(torch.tensor([[0.5, 0.5]]))
+    base = torch.log(torch.tensor([[0.25, 0.5]]))
+    loss = grpo_loss(old, old, torch.tensor([0.0]), torch.ones(1, 2), base, kl_coef=0.5)
+    k3 = math.exp(math.log(0.5)) - math.log(0.5) - 1  # δ = log 0.25 − log 0.5 on token 0, 0 on token 1
+    assert loss.item() == pytest.approx(0.5 * k3 / 2)

@@ -164,6 +164,13 @@ def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
     assert second.version == 2 and json.loads((second.path / "meta.json").read_text())["parent"] == 1
     assert second.metrics["mean_opd_advantage"] < 0
     assert logprob(backend, worse, second.path) < start - 0.05
+    # AdamW went on from where round 1 ended (read back from adapters/0001/optimizer.pt, as a
+    # restarted daemon's trainer would): its step count continues, 3 steps then 4 more
+    first_opt = torch.load(result.path / "optimizer.pt", weights_only=True)
+    second_opt = torch.load(second.path / "optimizer.pt", weights_only=True)
+    assert {float(v["step"]) for v in first_opt["state"].values()} == {3.0}
+    assert {float(v["step"]) for v in second_opt["state"].values()} == {7.0}
+    assert len(first_opt["state"]) == len(second_opt["state"]) == len(backend.lora)
     store.close()
 
 

@@ -7,8 +7,9 @@
   4. score, once, at each turn's sampling temperature: log π_old (adapter on), log π_teacher
      (adapter off, hint in the prompt), log π_base (adapter off) for the KL term, and the
      truncated importance weight of each token against the logprobs the engine recorded
-  5. optimizer steps over minibatches, one sample per micro-step; a checkpoint after every step
-     in adapters/.staging/, so a kill loses at most one step and the next round resumes
+  5. optimizer steps over minibatches, one sample per micro-step, AdamW continuing from the state
+     the parent adapter's round ended with; a checkpoint after every step in adapters/.staging/,
+     so a kill loses at most one step and the next round resumes
   6. write adapters/NNNN/ (peft adapter + meta.json) atomically, then the database rows in one
      transaction (Store.record_round)
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..adapter_dir import AdapterDir, AdapterDirError, fsync_dir
+from ..adapter_dir import OPTIMIZER_NAME, AdapterDir, AdapterDirError, fsync_dir
 from ..config import Settings, ensure_home
 from ..store.records import RoundState, TrainEvent
 from ..store.store import Store
@@ -227,6 +228,8 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
         _save_staging(adapters, st)  # from here a kill resumes without scoring again
     assert st.old is not None and st.teacher is not None and st.base is not None and st.tis is not None
     opt = torch.optim.AdamW(backend.lora, lr=k.lr, weight_decay=0.0)
+    if st.optim is None and st.parent is not None:
+        st.optim = _parent_optimizer(adapters, st.parent, k.lr)
     if st.optim is not None:
         opt.load_state_dict(st.optim)
     plan = st.plan or []
@@ -281,6 +284,26 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     progress(TrainEvent("done", run_id=st.run_id, version=version, step=st.step, steps=len(plan),
                         loss=st.losses[-1], detail={"path": str(path), **metrics}))
     return RoundResult(st.run_id, version, path, metrics)
+
+
+def _parent_optimizer(adapters: AdapterDir, parent: int, lr: float) -> dict[str, Any] | None:
+    """The AdamW state the parent's round ended with, so that this round continues its moments and
+    step count (bias correction included) instead of starting fresh: a fresh AdamW moves every
+    LoRA element by about lr at its first steps, whatever the signal, so each round would add the
+    same noise-sized step everywhere. None (a fresh optimizer) when the parent kept none (trained
+    before this was kept, or merged). The learning rate is today's setting, not the parent's."""
+    path = adapters.optimizer(parent)
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as e:
+        log.warning("adapter %04d: its optimizer state %s is unreadable (%s); this round starts AdamW afresh",
+                    parent, path, e)
+        return None
+    for group in state["param_groups"]:
+        group["lr"] = lr
+    return state
 
 
 def _check_not_excluded(store: Store, st: RoundState) -> None:
@@ -385,6 +408,8 @@ def _write_adapter(adapters: AdapterDir, store: Store, backend: Backend, st: Rou
 
     def fill(tmp: Path) -> None:
         backend.save_lora(tmp)
+        if st.optim is not None:
+            torch.save(st.optim, tmp / OPTIMIZER_NAME)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
 
     return version, adapters.write(version, fill), meta

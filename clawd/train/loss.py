@@ -1,5 +1,6 @@
-"""The policy loss: Binary RL, On-Policy Distillation, or both, in one PPO clipped surrogate,
-importance-corrected for turns another policy served, with a KL-to-base penalty.
+"""The policy losses: Binary RL, On-Policy Distillation, or both, in one PPO clipped surrogate,
+importance-corrected for turns another policy served, with a KL-to-base penalty (`policy_loss`);
+and GRPO on groups of answers sampled in idle time (`group_advantages`, `grpo_loss`).
 
 Design §7. Written out so it can be checked by eye; no entropy bonus, no critic.
 """
@@ -33,6 +34,13 @@ def kl_k3(logp: torch.Tensor, base_logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(delta) - delta - 1).clamp(max=K3_MAX)
 
 
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+    """PPO's min(ρ·A, clip(ρ, 1 − 0.2, 1 + 0.28)·A) per token, ρ = exp(log π_θ − log π_old).
+    Shapes: logp, old_logp (B, T); adv broadcastable to (B, T) → (B, T)."""
+    ratio = torch.exp(logp - old_logp.detach())  # (B, T)
+    return torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP_LOW, 1 + CLIP_HIGH) * adv)
+
+
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, teacher_logp: torch.Tensor, reward: torch.Tensor,
                 mask: torch.Tensor, w_rl: float = 1.0, w_opd: float = 1.0, weight: torch.Tensor | None = None,
                 base_logp: torch.Tensor | None = None, kl_coef: float = 0.0) -> torch.Tensor:
@@ -63,11 +71,46 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, teacher_logp: torch.
     """
     old_logp, teacher_logp = old_logp.detach(), teacher_logp.detach()
     adv = w_rl * reward[:, None] + w_opd * (teacher_logp - old_logp)  # (B, T)
-    ratio = torch.exp(logp - old_logp)  # (B, T)
-    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP_LOW, 1 + CLIP_HIGH) * adv)  # (B, T)
+    surrogate = clipped_surrogate(logp, old_logp, adv)  # (B, T)
     per_token = -surrogate if weight is None else -weight.detach() * surrogate  # (B, T)
     if kl_coef:
         assert base_logp is not None, "the KL term needs the base weights' logprobs"
         per_token = per_token + kl_coef * kl_k3(logp, base_logp)  # (B, T)
     per_sample = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
     return per_sample.mean()
+
+
+def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """GRPO's advantage: each answer's reward minus its group's mean. Shapes: (G, K) → (G, K), for G
+    prompts with K sampled answers each.
+
+    Not divided by the group's standard deviation (as Dr. GRPO argues): the rewards here are a
+    judge's probabilities, and a group whose answers the judge scores 0.90, 0.91, 0.90, 0.90 differs
+    by the judge's noise alone; dividing by its tiny spread would turn that noise into advantages of
+    ±1.5, as large as a group with one clearly right and one clearly wrong answer. A group whose
+    answers all score the same has advantage 0 everywhere and teaches nothing, as it should."""
+    return rewards - rewards.mean(dim=-1, keepdim=True)
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+              base_logp: torch.Tensor | None = None, kl_coef: float = 0.0) -> torch.Tensor:
+    """The clipped surrogate on sampled answers, every token weighted alike across the batch:
+
+        L_t  = −min(ρ_t · A_b, clip(ρ_t, 1 − 0.2, 1 + 0.28) · A_b)  +  β · k3_t
+        loss = Σ_b Σ_t m_bt L_t / Σ_b Σ_t m_bt            (token mean over the whole batch)
+
+    A_b is the answer's group advantage (`group_advantages`), the same on each of its tokens. The
+    token mean over the batch (not per answer, then over answers) gives a long answer's tokens the
+    same weight as a short one's: with a per-answer mean, the one token that decides a short answer
+    (stopping after two sentences) would weigh as much as a whole long one. π_old is the policy
+    that sampled the group (the adapter at the start of the round); the round takes ≥ 2 epochs over
+    each group, so from the second on ρ ≠ 1 and the clip acts.
+
+    Shapes: logp, old_logp, mask, base_logp (B, T); adv (B,). Returns a scalar. For a batch split
+    into micro-steps, divide each micro-step's sum by the whole batch's token count instead
+    (`grpo_loss(...) * mask.sum() / batch_tokens`), so the sum of the micro-steps is this loss."""
+    per_token = -clipped_surrogate(logp, old_logp, adv.detach()[:, None])  # (B, T)
+    if kl_coef:
+        assert base_logp is not None, "the KL term needs the base weights' logprobs"
+        per_token = per_token + kl_coef * kl_k3(logp, base_logp)  # (B, T)
+    return (per_token * mask).sum() / mask.sum().clamp(min=1)
