@@ -6,7 +6,7 @@
 
 For each model and method (`ask`: yes/no questions; `score`: P of each \\boxed{} verdict), the
 judge's features are computed on the tuning split (clawd/judge/data/judge_cases.jsonl, what the daemon
-calibrates on) and two held-out splits (tests/data/judge_heldout*.jsonl, each written separately,
+calibrates on) and three held-out splits (tests/data/judge_heldout*.jsonl, each written separately,
 never used for a choice). The calibration is fitted on the tuning split exactly as the daemon does;
 the tuning figures are its 5-fold cross-validation, the held-out figures its verdicts on cases it
 never saw. Reported for each: accuracy, the wrong-sign rate (a -1 case judged +1 or the
@@ -52,10 +52,13 @@ from clawd.judge.calibration import (  # noqa: E402
 from clawd.judge.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
 from clawd.judge.judge import PLAIN, PROMPTS, Judge  # noqa: E402
 
-# Two held-out splits, each written apart from the tuning split and from each other; no choice
-# looks at either. The second was written after the first had been measured several times.
+# Three held-out splits, each written apart from the tuning split and from each other; no choice
+# looks at any. The second was written after the first had been measured several times; the third
+# holds only change requests that quote a friendly phrase (and quoted praise), the family the
+# personalize bench found read as thanks.
 HELDOUT = {"heldout": ROOT / "tests" / "data" / "judge_heldout.jsonl",
-           "heldout2": ROOT / "tests" / "data" / "judge_heldout2.jsonl"}
+           "heldout2": ROOT / "tests" / "data" / "judge_heldout2.jsonl",
+           "heldout3": ROOT / "tests" / "data" / "judge_heldout3.jsonl"}
 
 
 def features(judge: Judge, cases: list[dict], method: str) -> tuple[dict[str, np.ndarray], float]:

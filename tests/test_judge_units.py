@@ -157,8 +157,13 @@ FAMILIES = {"terse_imperative": -1, "polite_request": -1, "sarcasm": -1, "rephra
 
 
 def test_corpus_is_well_formed_and_the_splits_are_apart():
+    """judge_heldout3.jsonl (40) and judge_quoted_tuning.jsonl (48): change requests that quote a
+    friendly phrase, and quoted praise, each written by a helper who saw neither the other file nor
+    the bench that found the weakness; the tuning cases join the shipped split once the calibration
+    is measured with them (bench/judge.py), the held-out ones are never tuned on."""
     splits = {}
-    for name in ("judge_cases.jsonl", "judge_heldout.jsonl", "judge_heldout2.jsonl"):
+    for name in ("judge_cases.jsonl", "judge_heldout.jsonl", "judge_heldout2.jsonl", "judge_heldout3.jsonl",
+                 "judge_quoted_tuning.jsonl"):
         cases = [json.loads(x) for x in (DATA / name).read_text().splitlines()]
         assert len({c["id"] for c in cases}) == len(cases)
         for c in cases:
@@ -171,12 +176,16 @@ def test_corpus_is_well_formed_and_the_splits_are_apart():
                 json.loads(call["arguments"])
             case_turn(c)
         splits[name] = cases
-    tune, held, held2 = splits.values()
-    assert len(tune) + len(held) >= 150 and len(held) >= 60 and len(held2) >= 60
-    assert {c["label"] for c in tune} == {1, 0, -1}
     # no case (a request with what came after it), and no worked example, appears in two places
     def pairs(cs):
         return {(c["messages"][-1]["content"].strip().lower(), c["next_state"]["messages"][-1]["content"].strip().lower())
                 for c in cs}
+
+    tune, held, held2, held3, quoted = splits.values()
+    assert len(tune) + len(held) >= 150 and len(held) >= 60 and len(held2) >= 60
+    assert {c["label"] for c in tune} == {1, 0, -1}
+    assert not pairs(held3) & (pairs(tune) | pairs(held) | pairs(held2) | pairs(quoted))
+    assert not pairs(quoted) & (pairs(tune) | pairs(held) | pairs(held2))
     assert not pairs(tune) & pairs(held) and not pairs(tune) & pairs(held2) and not pairs(held) & pairs(held2)
-    assert not {(s[0].lower(), s[3].lower()) for s in SHOTS} & (pairs(tune) | pairs(held) | pairs(held2))
+    assert not {(s[0].lower(), s[3].lower()) for s in SHOTS} & (pairs(tune) | pairs(held) | pairs(held2) | pairs(held3)
+                                                               | pairs(quoted))
