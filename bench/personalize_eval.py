@@ -11,8 +11,10 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from personalize_scenarios import SYSTEM, Scenario, grade_heldout, non_answer, p
 LOOP_FLAGS = ["--idle-seconds", "1", "--tick-seconds", "0.5"]
 SIDE = {"X-Turn-Type": "side"}
 SAMPLING_TEMPERATURE = 0.7  # what the simulated user's conversations (and the oracle's samples) are sampled at
+TOP_LOGPROBS = 20  # alternatives read at each probe answer token, for its margin (OpenAI's maximum)
 
 
 class Daemon(ClawdServe):
@@ -50,6 +53,14 @@ class Daemon(ClawdServe):
         r = self.api.chat.completions.create(model="clawd", messages=messages, max_tokens=max_tokens,
                                              temperature=temperature, seed=seed, extra_headers=headers)
         return r.id, r.choices[0].message.content or ""
+
+    def greedy_logprobs(self, messages: list[dict], max_tokens: int) -> tuple[str, list[dict[str, Any]]]:
+        """A greedy side answer with each token's logprob and its TOP_LOGPROBS likeliest alternatives."""
+        r = self.api.chat.completions.create(model="clawd", messages=messages, max_tokens=max_tokens, temperature=0.0,
+                                             seed=0, logprobs=True, top_logprobs=TOP_LOGPROBS, extra_headers=SIDE)
+        entries = [{"token": e.token, "logprob": e.logprob,
+                    "top": [[t.token, t.logprob] for t in e.top_logprobs]} for e in r.choices[0].logprobs.content]
+        return r.choices[0].message.content or "", entries
 
     def model_key(self) -> str:
         """The served model file, as a cache key: name, size and mtime (a re-assembled file is new)."""
@@ -118,13 +129,16 @@ def greedy_answers(d: Daemon, pools: list[tuple[str, list[str]]], max_tokens: in
     With `told_sc`, every question (probes too) carries that scenario's told hint."""
     t0 = time.time()
 
-    def ask(question: str, n: int) -> str:
-        content = told(told_sc, question) if told_sc else question
-        return d.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}], n,
-                      temperature=0.0, seed=0, headers=SIDE)[1]
+    def messages(question: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": told(told_sc, question) if told_sc else question}]
 
-    held = [{"pool": pool, "prompt": q, "text": ask(q, max_tokens)} for pool, qs in pools for q in qs]
-    probes = [{"question": q, "accepted": list(acc), "text": ask(q, 48)} for q, acc in PROBES]
+    held = [{"pool": pool, "prompt": q, "text": d.chat(messages(q), max_tokens, temperature=0.0, seed=0, headers=SIDE)[1]}
+            for pool, qs in pools for q in qs]
+    probes = []
+    for q, acc in PROBES:
+        text, entries = d.greedy_logprobs(messages(q), 48)
+        probes.append({"question": q, "accepted": list(acc), "text": text, "margin": margin(entries, acc)})
     return {"seconds": round(time.time() - t0, 1), "heldout": held, "probes": probes}
 
 
@@ -140,6 +154,35 @@ def cached_answers(d: Daemon, pools: list[tuple[str, list[str]]], max_tokens: in
     cache.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ev, ensure_ascii=False))
     return ev
+
+
+def margin(entries: list[dict[str, Any]], accepted: Sequence[str]) -> float | None:
+    """How far a greedy probe answer is from flipping, in nats, at the token that decides it.
+
+    Right answer (an accepted one appears, as probe_right finds it): the token where it starts,
+    its logprob minus the likeliest alternative there that does not begin an accepted answer
+    (≥ 0: greedy took the likeliest). Wrong answer: the closest any alternative beginning an
+    accepted answer came to being chosen, its logprob minus the chosen token's, over every
+    position (≤ 0); None when none was among the TOP_LOGPROBS alternatives anywhere (far).
+    An alternative "begins" an accepted answer when its stripped, lower-case text is a prefix of
+    one, and the whole of it when the answer is one character (a lone "1" does not begin "10")."""
+    acc = [a.lower() for a in accepted]
+
+    def begins(token: str) -> bool:
+        t = token.strip().lower()
+        return bool(t) and any(a.startswith(t) and (len(t) > 1 or a == t) for a in acc)
+
+    text = "".join(e["token"] for e in entries).lower()
+    hits = [m.start() for a in acc for m in re.finditer(rf"(?<![\w]){re.escape(a)}(?![\w])", text)]
+    if hits:
+        first, at = min(hits), 0
+        for e in entries:
+            if at + len(e["token"]) > first:
+                others = [lp for tok, lp in e["top"] if tok != e["token"] and not begins(tok)]
+                return e["logprob"] - max(others) if others else None
+            at += len(e["token"])
+    near = [lp - e["logprob"] for e in entries for tok, lp in e["top"] if tok != e["token"] and begins(tok)]
+    return max(near) if near else None
 
 
 def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,22 @@ def column(sc: Scenario, ev: dict[str, Any], base: dict[str, Any]) -> dict[str, 
             "non_answers": g["non_answers"], "measures": {k: round(v, 3) for k, v in g["measures"].items()},
             "probe_accuracy": round(g["probe_accuracy"], 3), "probe_degenerate": round(g["probe_degenerate"], 3),
             "probes_lost": sorted(q for q, r in base_right.items() if r and not right.get(q, False)),
-            "probes_gained": sorted(q for q, r in right.items() if r and not base_right.get(q, False))}
+            "probes_gained": sorted(q for q, r in right.items() if r and not base_right.get(q, False)),
+            **near_flips(g["probes"], b["probes"])}
+
+
+def near_flips(probes: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict[str, Any]:
+    """Probe margins against the base (personalize_eval.margin; runs from before margins have none):
+    the mean margin over the probes the base answers right, and the probes still right whose margin
+    fell to under half the base's: the near-ties that flip next (34 + 58 answered 82)."""
+    now = {p["question"]: p.get("margin") for p in probes}
+    was = {p["question"]: p.get("margin") for p in base if p["ok"] and p.get("margin") is not None}
+    if not was:
+        return {}
+    kept = [q for q in was if now.get(q) is not None]
+    return {"margin_mean": round(sum(now[q] for q in kept) / len(kept), 3) if kept else None,
+            "margin_mean_base": round(sum(was.values()) / len(was), 3),
+            "near_flips": sorted(q for q in kept if 0 <= now[q] < was[q] / 2)}
 
 
 def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:

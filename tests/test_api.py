@@ -6,6 +6,7 @@ import json
 import stat
 
 import httpx
+import pytest
 from conftest import Daemon
 
 from clawd.engine.prompt_cache import ALIGN
@@ -55,6 +56,37 @@ def test_non_streaming_and_logprobs_recorded(daemon: Daemon):
     lp.frombytes(row["logprobs"])
     assert len(lp) == r.usage.completion_tokens and all(x <= 0 for x in lp)
     assert row["finish_reason"] == r.choices[0].finish_reason
+
+
+def test_logprobs_as_openai_returns_them(daemon: Daemon):
+    """logprobs / top_logprobs: each answer token with its logprob (the model's distribution, as the
+    turn records it) and the likeliest alternatives, likeliest first; greedy, the chosen token is the
+    top one. Streamed, the chunks' entries add up to the same tokens and text."""
+    client = daemon.client()
+    r = client.chat.completions.create(model="clawd", messages=HELLO, max_tokens=12, temperature=0, logprobs=True,
+                                       top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert "".join(e.token for e in content) == r.choices[0].message.content
+    from array import array
+
+    recorded = array("f")
+    recorded.frombytes(daemon.turn(r.id)["logprobs"])
+    assert [e.logprob for e in content] == pytest.approx(list(recorded[:len(content)]), abs=1e-5)
+    for e in content:
+        tops = [t.logprob for t in e.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True) and all(x <= 0 for x in tops)
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == pytest.approx(e.logprob)
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token
+    plain = client.chat.completions.create(model="clawd", messages=HELLO, max_tokens=12, temperature=0)
+    assert plain.choices[0].logprobs is None and plain.choices[0].message.content == r.choices[0].message.content
+    chunks = list(client.chat.completions.create(model="clawd", messages=HELLO, max_tokens=12, temperature=0,
+                                                 logprobs=True, top_logprobs=2, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert all(len(e.top_logprobs) == 2 for e in streamed)
+    for body, why in (({"top_logprobs": 2}, "logprobs must be true"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs")):
+        bad = httpx.post(daemon.url + "/v1/chat/completions", json={"messages": HELLO, **body}, timeout=60)
+        assert bad.status_code == 400 and why in bad.json()["error"]["message"], bad.text
 
 
 def test_seed_and_stop(daemon: Daemon):

@@ -394,3 +394,28 @@ def test_reach_counts_greedy_and_sampled_answers_apart():
                {"prompt": r, "greedy": False, "text": listy}, {"prompt": r, "greedy": False, "text": listy}]
     assert reach(answers, SCENARIOS["no_lists"].check) == {"greedy": 0.0, "sampled": 0.25, "prompts_with_a_pass": 0.5,
                                                           "samples": 4}
+
+
+def test_probe_margins_on_recorded_logprobs():
+    from personalize_eval import margin
+    from personalize_report import near_flips
+
+    def e(token, lp, *top):
+        return {"token": token, "logprob": lp, "top": [[token, lp], *[list(t) for t in top]]}
+
+    # right: " 92" chosen at -0.2 against " 82" at -1.9; the question's own numbers do not count
+    right = [e("The", -0.1), e(" sum", -0.3), e(" is", -0.1), e(" 92", -0.2, (" 82", -1.9), (" ninety", -2.5))]
+    assert margin(right, ("92",)) == pytest.approx(1.7)
+    # another form of the right answer is no wrong alternative
+    assert margin([e(" 9", -0.5, (" nine", -0.7), (" 8", -2.0))], ("9", "nine")) == pytest.approx(1.5)
+    # wrong: " 82" chosen at -0.4 while " 92" had -0.9; the nearest miss over every position
+    wrong = [e("The", -0.1), e(" sum", -0.3, (" 92", -4.0)), e(" is", -0.1), e(" 82", -0.4, (" 92", -0.9))]
+    assert margin(wrong, ("92",)) == pytest.approx(-0.5)
+    assert margin([e(" 10", -0.1, (" 12", -2.0))], ("1",)) is None  # "10" does not begin "1"; none near: far
+    assert margin([e(" 1", -0.1, (" 12", -2.0))], ("12",)) == pytest.approx(-1.9)  # "12" whole, a near miss
+    base = [{"question": "a", "ok": True, "margin": 2.0}, {"question": "b", "ok": True, "margin": 1.0},
+            {"question": "c", "ok": False, "margin": -0.5}]
+    now = [{"question": "a", "ok": True, "margin": 0.8}, {"question": "b", "ok": True, "margin": 0.9},
+           {"question": "c", "ok": False, "margin": -0.1}]
+    assert near_flips(now, base) == {"margin_mean": 0.85, "margin_mean_base": 1.5, "near_flips": ["a"]}
+    assert near_flips([{"question": "a", "ok": True}], [{"question": "a", "ok": True}]) == {}  # runs without margins

@@ -47,6 +47,7 @@ class Sampling:
     # the answer so far (bytes) → a GBNF for the whole answer once a tool call has begun in it,
     # else None; called after each free token until it returns one (tool_calls.CallTrigger)
     lazy: Callable[[bytes], str | None] | None = None
+    top_logprobs: int = 0  # the most likely tokens to report at each step (OpenAI's top_logprobs)
 
 
 @dataclass
@@ -54,6 +55,16 @@ class Step:
     token: int
     logprob: float  # log p(token) at temperature 1: the model's distribution, under a grammar renormalized over what it allows
     piece: bytes  # the token's bytes; may hold part of a UTF-8 character
+    top: tuple[tuple[int, float], ...] = ()  # the Sampling.top_logprobs likeliest (token, logprob), likeliest first
+
+
+def top_tokens(row: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
+    """The k likeliest (token, logprob) of a (n_vocab,) logprob row, likeliest first."""
+    if k <= 0:
+        return ()
+    ids = np.argpartition(row, -k)[-k:]
+    ids = ids[np.argsort(row[ids])[::-1]]
+    return tuple((int(i), float(row[i])) for i in ids)
 
 
 @dataclass
@@ -126,6 +137,10 @@ class Engine:
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids, special=True).decode("utf-8", "replace")
 
+    def piece(self, token: int) -> bytes:
+        """One token's bytes (part of a UTF-8 character, for some)."""
+        return self.llm.detokenize([token], special=True)
+
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
@@ -192,13 +207,14 @@ class Engine:
                                min_p=0.0, repeat_penalty=1.0)
             try:
                 for token in gen:
-                    logprob = float(log_softmax(self._last_logits())[token])
+                    row = log_softmax(self._last_logits())  # (n_vocab,)
+                    logprob = float(row[token])
                     if self.is_eog(token):
                         # kept for training (the model must learn when to stop), never shown as text
                         info.eog = Step(token, logprob, b"")
                         return
-                    piece = llm.detokenize([token], special=True)
-                    yield Step(token, logprob, piece)
+                    piece = self.piece(token)
+                    yield Step(token, logprob, piece, top_tokens(row, sampling.top_logprobs))
                     produced.append(token)
                     if len(produced) >= limit:
                         info.finish = "length"
@@ -245,13 +261,14 @@ class Engine:
                 if mask is not None:
                     logits = mask.apply(logits)
                 token = sample(logits, temp, rng, sampling.top_p)
-                logprob = float(log_softmax(logits)[token])
+                row = log_softmax(logits)  # (n_vocab,), -inf where the grammar forbids
+                logprob = float(row[token])
                 if mask is not None:
                     mask.accept(token)
                 if self.is_eog(token):
                     info.eog = Step(token, logprob, b"")
                     return
-                yield Step(token, logprob, self.llm.detokenize([token], special=True))
+                yield Step(token, logprob, self.piece(token), top_tokens(row, sampling.top_logprobs))
                 produced.append(token)
                 if len(produced) >= limit:
                     info.finish = "length"

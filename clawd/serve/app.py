@@ -271,10 +271,15 @@ def _start(chat: ChatService, p: Prepared) -> tuple[asyncio.Queue, threading.Eve
     return queue, cancel
 
 
-def _chunk(p: Prepared, model: str, delta: dict | None, finish: str | None = None, usage: dict | None = None) -> str:
+def _logprobs(entries: list[dict] | None) -> dict | None:
+    return None if entries is None else {"content": entries, "refusal": None}
+
+
+def _chunk(p: Prepared, model: str, delta: dict | None, finish: str | None = None, usage: dict | None = None,
+           logprobs: list[dict] | None = None) -> str:
     body: dict[str, Any] = {"id": p.turn.completion_id, "object": "chat.completion.chunk", "created": p.created,
                             "model": model, "system_fingerprint": None,
-                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
+                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": _logprobs(logprobs),
                                                                   "finish_reason": finish}]}
     if usage is not None:
         body["usage"] = usage
@@ -288,7 +293,7 @@ async def _sse(p: Prepared, queue: asyncio.Queue, cancel: threading.Event, inclu
         while True:
             ev = await queue.get()
             if ev.kind == "content":
-                yield _chunk(p, model, {"content": ev.text})
+                yield _chunk(p, model, {"content": ev.text}, logprobs=ev.logprobs)
             elif ev.kind == "tool_calls":
                 for i, c in enumerate(ev.calls):
                     yield _chunk(p, model, {"tool_calls": [{"index": i, **c.to_openai()}]})
@@ -296,7 +301,7 @@ async def _sse(p: Prepared, queue: asyncio.Queue, cancel: threading.Event, inclu
                 yield f"data: {json.dumps(_event_error(ev).body())}\n\n"
                 return
             elif ev.kind == "done":
-                yield _chunk(p, model, {}, finish=ev.finish)
+                yield _chunk(p, model, {}, finish=ev.finish, logprobs=ev.logprobs)
                 if include_usage:
                     yield _chunk(p, model, None, usage=ev.usage)
                 yield "data: [DONE]\n\n"
@@ -308,6 +313,7 @@ async def _sse(p: Prepared, queue: asyncio.Queue, cancel: threading.Event, inclu
 async def _complete(chat: ChatService, p: Prepared, request: Request, model: str) -> JSONResponse:
     queue, cancel = _start(chat, p)
     content, calls, done = "", [], None
+    entries: list[dict] | None = [] if p.logprobs else None
     while done is None:
         try:
             ev = await asyncio.wait_for(queue.get(), timeout=0.5)
@@ -315,6 +321,8 @@ async def _complete(chat: ChatService, p: Prepared, request: Request, model: str
             if await request.is_disconnected():
                 cancel.set()
             continue
+        if entries is not None and ev.logprobs:
+            entries += ev.logprobs
         if ev.kind == "content":
             content += ev.text
         elif ev.kind == "tool_calls":
@@ -329,6 +337,6 @@ async def _complete(chat: ChatService, p: Prepared, request: Request, model: str
     return JSONResponse({
         "id": p.turn.completion_id, "object": "chat.completion", "created": p.created, "model": model,
         "system_fingerprint": None,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": done.finish}],
+        "choices": [{"index": 0, "message": message, "logprobs": _logprobs(entries), "finish_reason": done.finish}],
         "usage": done.usage,
     })

@@ -37,6 +37,7 @@ class Event:
     finish: str | None = None
     usage: dict[str, Any] | None = None
     status: int = 500  # of an error: 503 when the turn could not be recorded (retry once there is room)
+    logprobs: list[dict[str, Any]] | None = None  # with logprobs asked: the tokens since the last event that carried any
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Prepared:
     forced: bool  # tool_choice required / named: the grammar makes the whole answer a call
     created: int
     close_session: bool
+    logprobs: bool = False  # the client asked for each token's logprob (and sampling.top_logprobs alternatives)
 
 
 class ChatService:
@@ -106,7 +108,7 @@ class ChatService:
         sampling = Sampling(
             temperature=protocol.DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
-            seed=req.seed, max_tokens=max_tokens, grammar=grammar, lazy=lazy,
+            seed=req.seed, max_tokens=max_tokens, grammar=grammar, lazy=lazy, top_logprobs=req.top_logprobs or 0,
         )
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
 
@@ -126,7 +128,8 @@ class ChatService:
         self.store.insert_turn(turn)
         log.info("turn %d (session %d, #%d, %s): %d prompt tokens", turn.id, turn.session_id, turn.index, turn.kind, len(prompt))
         return Prepared(turn, sampling, stops, {t["function"]["name"] for t in use_tools}, forced,
-                        int(time.time()), headers.get("x-session-done", "").lower() in ("1", "true", "yes"))
+                        int(time.time()), headers.get("x-session-done", "").lower() in ("1", "true", "yes"),
+                        bool(req.logprobs))
 
     def run(self, p: Prepared, emit: Callable[[Event], None], cancel: threading.Event) -> Turn:
         """Generate, emit, record. Blocking: call it in a worker thread. Releases the admission."""
@@ -142,6 +145,15 @@ class ChatService:
         stop_hit = False
         t_queued = time.perf_counter()
         t_first = None
+        entries: list[dict[str, Any]] = []  # logprobs not yet sent, when asked for
+
+        def unsent() -> list[dict[str, Any]] | None:
+            if not p.logprobs:
+                return None
+            out = entries[:]
+            entries.clear()
+            return out
+
         try:
             with self.engine.lock.user():
                 t_start = time.perf_counter()
@@ -155,6 +167,9 @@ class ChatService:
                             t_first = time.perf_counter()
                         turn.completion_ids.append(step.token)
                         turn.logprobs.append(step.logprob)
+                        if p.logprobs:
+                            entries.append(protocol.logprob_entry(
+                                step.piece, step.logprob, [(self.engine.piece(t), lp) for t, lp in step.top]))
                         text += decoder.decode(step.piece)
                         if p.stops:
                             cut = min((i for i in (text.find(s, max(0, sent - len(s))) for s in p.stops) if i >= 0), default=-1)
@@ -168,7 +183,7 @@ class ChatService:
                         elif p.offered:
                             safe = min(safe, tool_calls.hold_from(text))
                         if safe > sent:
-                            emit(Event("content", text=text[sent:safe]))
+                            emit(Event("content", text=text[sent:safe], logprobs=unsent()))
                             sent = safe
                         if stop_hit or cancel.is_set():
                             break
@@ -186,7 +201,7 @@ class ChatService:
                 content = text
                 turn.finish_reason = "stop" if stop_hit else info.finish
             if len(content) > sent:
-                emit(Event("content", text=content[sent:]))
+                emit(Event("content", text=content[sent:], logprobs=unsent()))
             turn.text, turn.tool_calls = content, calls
             turn.status = "aborted" if cancel.is_set() else "ok"
         except Exception as e:  # the engine failed mid-answer: record it, tell the client, keep serving
@@ -208,7 +223,7 @@ class ChatService:
             return turn
         if calls:
             emit(Event("tool_calls", calls=calls))
-        emit(Event("done", finish=turn.finish_reason, usage=self.usage(turn, info)))
+        emit(Event("done", finish=turn.finish_reason, usage=self.usage(turn, info), logprobs=unsent()))
         return turn
 
     def _record(self, turn: Turn, info: GenInfo, t_queued: float, t_start: float | None, t_first: float | None,

@@ -20,6 +20,7 @@ MAX_STOP_CHARS = 256
 # A tool's parameters deeper than this are refused before anything walks them recursively (the
 # template's JSON, the grammar's converter); OpenClaw's deepest schema nests 5 levels.
 MAX_SCHEMA_DEPTH = 64
+MAX_TOP_LOGPROBS = 20  # OpenAI's own bound on top_logprobs
 # Sampling temperature of a request that sets none. The trainer scores a recorded turn at the
 # temperature it was sampled at, so both read this one definition.
 DEFAULT_TEMPERATURE = 0.8
@@ -103,6 +104,8 @@ class ChatRequest(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     n: int | None = Field(None, ge=1, le=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @field_validator("stop")
     @classmethod
@@ -112,6 +115,16 @@ class ChatRequest(BaseModel):
         if any(len(s) > MAX_STOP_CHARS for s in ([v] if isinstance(v, str) else v or [])):
             raise ValueError(f"a stop sequence may be at most {MAX_STOP_CHARS} characters")
         return v
+
+
+def logprob_entry(piece: bytes, logprob: float, top: list[tuple[bytes, float]]) -> dict[str, Any]:
+    """One token of `choices[].logprobs.content`, as OpenAI writes it: its text, logprob (at
+    temperature 1: the model's own distribution, renormalized under a tool-call grammar), bytes,
+    and the likeliest tokens at that step."""
+    def one(b: bytes, lp: float) -> dict[str, Any]:
+        return {"token": b.decode("utf-8", "replace"), "logprob": lp, "bytes": list(b)}
+
+    return one(piece, logprob) | {"top_logprobs": [one(b, lp) for b, lp in top]}
 
 
 def parse_request(raw: bytes) -> ChatRequest:
@@ -124,13 +137,17 @@ def parse_request(raw: bytes) -> ChatRequest:
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     try:
-        return ChatRequest.model_validate(data)
+        req = ChatRequest.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         param = ".".join(str(p) for p in err["loc"])
         raise ApiError(400, f"Invalid value for '{param}': {err['msg']}", param=param) from None
     except RecursionError:
         raise ApiError(400, "The request body is nested too deeply.") from None
+    if req.top_logprobs and not req.logprobs:
+        raise ApiError(400, "Invalid value for 'top_logprobs': logprobs must be true when top_logprobs is set.",
+                       param="top_logprobs")
+    return req
 
 
 def _text(content: str | list[TextPart] | None, where: str) -> str:
