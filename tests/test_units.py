@@ -145,3 +145,18 @@ def test_config_file_comes_from_the_home_in_use(tmp_path, monkeypatch):
     monkeypatch.setenv("CLAWD_HOME", str(other))
     assert Settings(home=mine).ctx == 1234
     assert Settings().ctx == 999
+
+
+def test_top_tokens_likeliest_first_and_never_a_forbidden_one():
+    import math
+
+    import numpy as np
+
+    from clawd.engine.engine import top_tokens
+
+    row = np.log(np.array([0.1, 0.6, 0.0, 0.3], dtype=np.float64))  # token 2 forbidden: -inf
+    assert top_tokens(row, 0) == ()
+    assert [t for t, _ in top_tokens(row, 2)] == [1, 3]
+    got = top_tokens(row, 4)  # asks for all four: the forbidden one is left out, not sent as -Infinity
+    assert [t for t, _ in got] == [1, 3, 0] and all(math.isfinite(lp) for _, lp in got)
+    assert got[0][1] == pytest.approx(math.log(0.6))

@@ -59,12 +59,13 @@ class Step:
 
 
 def top_tokens(row: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
-    """The k likeliest (token, logprob) of a (n_vocab,) logprob row, likeliest first."""
+    """The k likeliest (token, logprob) of a (n_vocab,) logprob row, likeliest first; tokens a
+    grammar forbids (-inf) are not alternatives, so under a grammar there may be fewer than k."""
     if k <= 0:
         return ()
     ids = np.argpartition(row, -k)[-k:]
     ids = ids[np.argsort(row[ids])[::-1]]
-    return tuple((int(i), float(row[i])) for i in ids)
+    return tuple((int(i), float(row[i])) for i in ids if np.isfinite(row[i]))
 
 
 @dataclass
