@@ -154,7 +154,7 @@ def test_top_tokens_likeliest_first_and_never_a_forbidden_one():
 
     from clawd.engine.engine import top_tokens
 
-    row = np.log(np.array([0.1, 0.6, 0.0, 0.3], dtype=np.float64))  # token 2 forbidden: -inf
+    row = np.array([math.log(0.1), math.log(0.6), -np.inf, math.log(0.3)])  # token 2 forbidden by a grammar
     assert top_tokens(row, 0) == ()
     assert [t for t, _ in top_tokens(row, 2)] == [1, 3]
     got = top_tokens(row, 4)  # asks for all four: the forbidden one is left out, not sent as -Infinity
