@@ -9,8 +9,8 @@ position of the trained turns, where the adapter acts. Both backends train an ad
 turns with the same settings; the 4-bit one must agree within 2× of the fp32 one's KL.
 
 The 4-bit trainer's own view of the served model is another matter: re-quantizing the Q4_1
-weights to NF4 moves this small model's next-token distributions by tenths of a nat (README,
-"Training backends"), which is why fp32 stays the CPU default. It is measured and bounded here
+weights to NF4 moves this small model's next-token distributions by tenths of a nat
+(docs/training.md), which is why fp32 stays the CPU default. It is measured and bounded here
 so that a change that widens it (an lm_head quantized, say) shows.
 """
 

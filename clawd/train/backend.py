@@ -8,7 +8,7 @@
 
 `train_backend = auto` picks Unsloth on CUDA when it imports, else QLoRA on CUDA, and the full
 fp32 base on a CPU (measured on the bundled model: QLoRA is slower per round there and saves
-memory only on the base weights; README, "Training backends").
+memory only on the base weights; docs/training.md).
 
 All train on the same base weights: `train_base` if configured, else the served GGUF itself,
 dequantized by transformers once and kept as a Hugging Face checkpoint under
