@@ -136,11 +136,10 @@ def main() -> None:
         if "oracle" in columns and sc is not CONTROL:
             for seed in seeds:
                 print(f"\n== {sc.name} / oracle / seed {seed}", flush=True)
-                rec = run_oracle(sc, seed, args, pools, args.out / "cache")
-                ref[f"oracle/{seed}"] = rec | {"eval": grade(sc, rec["eval"])}
-                print(f"  oracle: {point_text({'eval': ref[f'oracle/{seed}']['eval']}, None)}", flush=True)
+                rec = ref[f"oracle/{seed}"] = run_oracle(sc, seed, args, pools, args.out / "cache")
+                print(f"  oracle: {point_text({'eval': grade(sc, rec['eval'])}, None)}", flush=True)
                 _save(result, args.out, time.time() - t0)
-        for method in methods if "loop" in columns or "base" in columns else []:
+        for method in methods if {"base", "told", "loop"} & set(columns) else []:
             for seed in seeds if "loop" in columns else seeds[:1]:
                 print(f"\n== {sc.name} / {method} / seed {seed}", flush=True)
                 run = run_method(sc, method, seed, args, pools, ref, loop="loop" in columns, told="told" in columns)

@@ -90,9 +90,10 @@ def run_oracle(sc: Scenario, seed: int, args: argparse.Namespace, pools: list[tu
         rounds = train_on(d, kept, args.round_timeout)
         live = (d.status()["adapter"] or {}).get("version")  # None: the gate passed none, the base is scored
         ev = greedy_answers(d, pools, args.max_tokens)
+        kept_ids = {s["id"] for s in kept}
         rec = {"k": args.oracle_k, "samples": len(samples), "kept": len(kept), "settings": d.settings,
                "pass_rate": len(kept) / len(samples), "rounds": rounds, "adapter": live, "eval": ev,
-               "answers": [{"prompt": s["prompt"], "text": s["text"], "kept": s in kept} for s in samples],
+               "answers": [{"prompt": s["prompt"], "text": s["text"], "kept": s["id"] in kept_ids} for s in samples],
                "seconds": round(time.time() - t0, 1)}
         cache.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(rec, ensure_ascii=False))
