@@ -249,8 +249,11 @@ def cmd_train(ns: argparse.Namespace) -> None:
         sys.exit(f"nothing to train: no judged main turns with a {settings.train_method} signal that a finished run "
                  "has not used (`clawd status` shows how many are judged)")
     m = result.metrics
-    print(f"adapter {result.version:04d} written to {result.path}: {m['samples']} turns, mean reward "
-          f"{m['mean_reward']:+.2f}, loss {m['losses'][0]:+.4f} → {m['losses'][-1]:+.4f} in {m['seconds']:.0f}s. "
+    turns = m['samples'] - m['group_answers']
+    reward = f", mean reward {m['mean_reward']:+.2f}" if m['mean_reward'] is not None else ""
+    groups = f", {m['groups']} GRPO groups ({m['group_answers']} answers)" if m['groups'] else ""
+    print(f"adapter {result.version:04d} written to {result.path}: {turns} turns{reward}{groups}, "
+          f"loss {m['losses'][0]:+.4f} → {m['losses'][-1]:+.4f} in {m['seconds']:.0f}s. "
           "`clawd publish` gates it and puts it live.")
 
 

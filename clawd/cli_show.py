@@ -33,6 +33,8 @@ def status(st: Status) -> None:
               + f"next when {tr.ready}/{tr.batch} turns are ready and idle {tr.idle_seconds:.0f}s"
               + ("" if tr.auto else " (auto_learn is off)")
               + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.paused else ""))
+    if st.grpo:
+        t.add_row("GRPO", grpo_line(st.grpo))
     t.add_row("backend", f"{tr.backend or 'none yet'} (train_backend={tr.backend_setting})")
     if tr.memory_plan:
         t.add_row("memory plan", f"{tr.memory_plan['decision']}: {tr.memory_plan['reason']}")
@@ -51,6 +53,25 @@ def progress_line(e: TrainEvent) -> str:
     if e.event == "start":
         return f"run {e.run_id}: {e.detail.get('samples')} turns scored, {e.steps} steps to go from {e.step}"
     return f"run {e.run_id}: {e.event}" if e.run_id is not None else e.event
+
+
+def grpo_line(g: dict) -> str:
+    """Groups sampled in idle time, the scorer's mode, and the last round's advantage spread."""
+    if g["k"] < 2:
+        return "off (grpo_k < 2)"
+    s, c = g["scorer"], g["groups"]
+    if s["mode"] in ("measuring", "not measured yet"):
+        p = s.get("progress") or {}
+        scorer = s["mode"] + (f" ({p['measuring']}/{p['of']} labeled cases)" if p else "")
+    else:
+        m = s["measured"]
+        scorer = (f"{'trusted' if s['mode'] == 'trusted' else '[yellow]untrusted[/yellow], trains nothing'} "
+                  f"(margin {s['margin']:.2f}: {m['decided']:.0%} of pairs decided, {m['wrong_sign']:.1%} wrong way; "
+                  f"AUC {m['auc']:.2f}, length alone {s['length_auc']:.2f})")
+    last = g.get("last_round")
+    spread = (f"; last round {last['groups']} groups, mean |advantage| {last['advantage_mean_abs']:.2f}" if last else "")
+    return (f"{c['sampled']} groups sampled, {c['hindsight']} hindsight pairs, {c['scored']} scored, "
+            f"{c['trained']} trained on; {g['ready']}/{g['wanted']} ready; scorer {scorer}{spread}")
 
 
 def judge_line(j: dict) -> str:

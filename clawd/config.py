@@ -179,6 +179,17 @@ class Settings(BaseSettings):
     train_base: Path | None = Field(None, description="Hugging Face checkpoint directory to train on instead of the "
                                     "served GGUF dequantized; its tokenizer must give the engine's token ids.")
 
+    # GRPO in idle time (issue 28; design §7): groups of answers to replayed turns, scored against
+    # the user's own words (clawd/judge/scorer.py), trained on beside the round's turns.
+    grpo_k: int = Field(4, ge=0, description="Answers sampled per replayed turn in idle time, compared with each other "
+                        "(GRPO); under 2 = no rollouts and no GRPO.")
+    grpo_groups: int = Field(8, ge=1, description="Scored groups that start a training round by themselves (a round "
+                             "also starts at train_batch judged turns, and trains on both).")
+    grpo_epochs: int = Field(2, ge=1, description="Passes over a round's groups: from the second on the PPO clip acts.")
+    grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group.")
+    grpo_budget_s: float = Field(600.0, gt=0, description="Idle seconds one rollout job may sample before it yields to "
+                                 "the scheduler's other work.")
+
     # -- publishing (clawd publish; design §8) ------------------------------------------------
     # The gate compares every adapter with the base weights (adapter off), never with the live one,
     # so what adapters may cost adds up over the whole chain instead of once per adapter.

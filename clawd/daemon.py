@@ -15,6 +15,8 @@ from .adapter_dir import AdapterDir
 from .config import Settings, ensure_home
 from .engine.engine import Engine
 from .judge.judge import Judge
+from .judge.rollouts import Rollouts
+from .judge.scorer import Scorer
 from .publish import AdapterError, Adapters
 from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
@@ -65,10 +67,15 @@ class Daemon:
         self.adapters = Adapters(settings, self.store, self.engine)
         self.adapters.apply_current()  # after a restart, serve what `adapters/current` names
         self.judge = Judge(self.engine, self.store, settings)
+        self.scorer = Scorer(self.judge, settings.home / "judge", settings.judge_max_wrong_sign)
+        self.rollouts = Rollouts(self.engine, self.store, settings, self.scorer)
         self.scheduler = Scheduler(settings, self.store, self._activity, Jobs(
             judge_backlog=lambda stop: self.judge.run_backlog(stop),
             backlog_size=self.judge.backlog_size,
             ready_to_train=self.ready_to_train,
+            ready_groups=self.ready_groups,
+            rollouts_pending=self.rollouts.pending,
+            rollouts=self.rollouts.run,
             staged=adapter_dir.staged_round,
             start_trainer=lambda: Trainer(settings, serving=self._serving()).start(),
             publish=self._publish,
@@ -79,6 +86,21 @@ class Daemon:
 
     def ready_to_train(self) -> int:
         return len(ready_turns(self.store, self.settings.train_method, self.settings.train_batch))
+
+    def ready_groups(self) -> int:
+        if self.settings.grpo_k < 2:
+            return 0
+        return len(self.store.ready_groups(self.engine.adapter_version, self.settings.grpo_groups))
+
+    def _grpo(self) -> dict[str, Any]:
+        """For status: the scorer's trust, the groups so far, the last rollout job and the last
+        round's advantage spread."""
+        last = self.scheduler.state.last_train
+        m = last.detail if last is not None else {}
+        return {"k": self.settings.grpo_k, "scorer": self.scorer.summary(), "groups": self.store.group_counts(),
+                "ready": self.ready_groups(), "wanted": self.settings.grpo_groups, "last_job": self.rollouts.last,
+                "last_round": {k: m.get(k) for k in ("groups", "group_answers", "advantage_mean_abs",
+                                                     "advantage_max_abs")} if m.get("groups") else None}
 
     def _serving(self) -> dict[str, Any]:
         """What the engine holds, for the trainer's memory plan (clawd.train.memory)."""
@@ -125,7 +147,8 @@ class Daemon:
                 backend=self._trained_by(), backend_setting=self.settings.train_backend,
                 auto=self.settings.auto_learn, idle_seconds=self.settings.idle_seconds,
                 paused=self.store.learning_paused()),
-            prompt_cache=e.cache.status() if e.cache else None, memory_mb=_rss_mb(), home=str(self.settings.home))
+            prompt_cache=e.cache.status() if e.cache else None, memory_mb=_rss_mb(), home=str(self.settings.home),
+            grpo=self._grpo())
 
     def app(self):
         return create_app(self)

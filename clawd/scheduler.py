@@ -43,6 +43,9 @@ class Jobs:
     judge_backlog: Callable[[threading.Event], int]  # judges until done or the event is set
     backlog_size: Callable[[], int]
     ready_to_train: Callable[[], int]  # turns a round could use now
+    ready_groups: Callable[[], int]  # scored GRPO groups a round could use now
+    rollouts_pending: Callable[[], bool]  # GRPO groups to make or score (judge/rollouts.py)
+    rollouts: Callable[[threading.Event], int]  # makes them until done, its budget spent, or the event is set
     staged: Callable[[], bool]  # an interrupted round waits to be resumed
     start_trainer: Callable[[], Any]  # -> a Trainer (start/pause/resume/alive/paused/events/stop)
     publish: Callable[[], dict[str, Any] | None]  # publish the newest trained adapter, if any
@@ -183,10 +186,17 @@ class Scheduler:
             self._publish()
             return
         self._asked.discard("judge")  # nothing (left) to judge
-        ready = self.jobs.ready_to_train()
-        if may_train and (ready >= self.settings.train_batch or ("train" in self._asked and ready > 0)):
+        ready, groups = self.jobs.ready_to_train(), self.jobs.ready_groups()
+        enough = ready >= self.settings.train_batch or groups >= self.settings.grpo_groups
+        if may_train and (enough or ("train" in self._asked and ready + groups > 0)):
             self._asked.discard("train")
-            self._start_training(f"{ready} turns ready" + ("" if ready >= self.settings.train_batch else ", asked for"))
+            self._start_training(f"{ready} turns and {groups} GRPO groups ready" + ("" if enough else ", asked for"))
+            return
+        if may_train and self.jobs.rollouts_pending():
+            # the lowest-priority idle work: sampling and scoring groups for the next round
+            self._set("sampling groups")
+            self._stop_judge.clear()
+            self.jobs.rollouts(self._stop_judge)
             return
         if "train" in self._asked:
             self._asked.discard("train")

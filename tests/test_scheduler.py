@@ -42,6 +42,7 @@ class World:
 
     def __init__(self, tmp_path, **settings):
         self.ready, self.backlog, self.staged, self.unpublished = 0, 0, False, None
+        self.groups, self.to_sample, self.sampled = 0, 0, 0  # GRPO: groups ready, groups left to make, made
         self.in_flight, self.last_activity = 0, 0.0
         self.round_events: list[list[TrainEvent]] = []  # one list per round started
         self.started, self.published, self.judged = 0, [], 0
@@ -49,8 +50,15 @@ class World:
         self.store = Store(tmp_path / "clawd.db")
         self.s = Scheduler(self.settings, self.store, lambda: Activity(self.in_flight, self.last_activity), Jobs(
             judge_backlog=self._judge, backlog_size=lambda: self.backlog, ready_to_train=lambda: self.ready,
+            ready_groups=lambda: self.groups, rollouts_pending=lambda: self.to_sample > 0, rollouts=self._rollouts,
             staged=lambda: self.staged, start_trainer=self._start, publish=self._publish,
             unpublished=lambda: self.unpublished))
+
+    def _rollouts(self, stop: threading.Event) -> int:
+        n, self.to_sample = self.to_sample, 0
+        self.sampled += n
+        self.groups += n
+        return n
 
     def _judge(self, stop: threading.Event) -> int:
         n, self.backlog, self.judged = self.backlog, 0, self.judged + self.backlog
@@ -151,3 +159,18 @@ def test_asked_for_a_round_trains_below_the_batch_without_waiting_idle(tmp_path)
     w.in_flight = 1
     w.s.ask("train")
     assert w.ticks() == "serving" and w.started == 1  # never ahead of a request
+
+
+def test_groups_are_made_when_nothing_else_is_to_do_and_start_a_round_when_enough(tmp_path):
+    w = World(tmp_path, train_batch=8, grpo_groups=4)
+    w.backlog, w.ready, w.to_sample = 2, 3, 4
+    assert w.ticks() == "judging" and w.sampled == 0  # the judge goes first
+    assert w.ticks() == "sampling groups" and w.sampled == 4  # then the groups: 3 turns are not a round
+    assert w.ticks() == "training" and w.started == 1  # 4 groups are
+
+
+def test_no_groups_are_made_while_learning_is_paused(tmp_path):
+    w = World(tmp_path, grpo_groups=4)
+    w.to_sample = 2
+    w.store.set_learning_paused(True)
+    assert w.ticks() == "idle, learning paused" and w.sampled == 0

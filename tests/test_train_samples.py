@@ -77,7 +77,7 @@ def test_fit_cuts_history_from_the_left_keeping_the_system_prompt():
 
 
 def test_sampling_temperature_is_the_recorded_one():
-    from clawd.serve.protocol import DEFAULT_TEMPERATURE
+    from clawd.store.records import DEFAULT_TEMPERATURE
 
     assert S.sampling_temperature({"temperature": 0.6}) == 0.6
     assert S.sampling_temperature({}) == S.sampling_temperature({"temperature": None}) == DEFAULT_TEMPERATURE == 0.8

@@ -71,8 +71,9 @@ class BackgroundContext:
     """A second llama.cpp context on the loaded weights, with its own KV cache (design §2, §12).
 
     Decoding here never touches the serving context's cached prefix. llama.cpp sets LoRA adapters
-    per context and publishing sets them only on the serving context, so this one always runs the
-    base weights: the policy cannot drift its own judge.
+    per context and publishing sets them only on the serving context, so this one runs the base
+    weights (the policy cannot drift its own judge), except while idle-time rollouts sample with
+    the live adapter (`Engine.live_background`), which hand it back to the base weights after.
 
     Every decode step (one sampled token, or one batch of at most `batch` prompt tokens) takes the
     engine lock as background work and releases it after, so the KV cache stays as it was while a
@@ -241,10 +242,27 @@ class BackgroundContext:
             out = self._decode_all(prompt[-1:], False, cancel, tap)
         return out  # type: ignore[return-value]
 
+    # -- the weights it runs -------------------------------------------------------------------
+    lora_version: int | None = None  # the adapter set on this context (None: the base weights)
+    _lora = None  # its llama_adapter_lora_p, owned by the engine
+
+    def set_lora(self, adapter, version: int | None) -> None:
+        """Run `adapter` (a llama_adapter_lora_p the engine loaded and owns; None: the base weights)
+        from the next decode on. The caller holds the engine lock. The KV cache is dropped: its
+        prefix was computed under the other weights."""
+        if adapter is not None:
+            llama_cpp.llama_set_adapters_lora(self._ctx.ctx, (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter), 1,
+                                              (ctypes.c_float * 1)(1.0))
+        else:
+            llama_cpp.llama_set_adapters_lora(self._ctx.ctx, None, 0, None)
+        self._lora, self.lora_version = adapter, version
+        self._truncate(0)
+
     # -- what the judge uses ----------------------------------------------------------------------
     def generate(self, prompt: list[int], temperature: float, max_tokens: int, seed: int | None = None,
-                 cancel: threading.Event | None = None) -> list[int]:
-        """Sample up to `max_tokens` tokens after `prompt`, stopping at end-of-generation."""
+                 cancel: threading.Event | None = None, logprobs: list[float] | None = None) -> list[int]:
+        """Sample up to `max_tokens` tokens after `prompt`, stopping at end-of-generation; with
+        `logprobs`, append each sampled token's log p at T = 1 to it (as the engine records them)."""
         rng = np.random.default_rng(seed)
         logits = self._prefill(prompt, cancel)
         out: list[int] = []
@@ -254,6 +272,8 @@ class BackgroundContext:
             if self.engine.is_eog(token):
                 break
             out.append(token)
+            if logprobs is not None:
+                logprobs.append(float(log_softmax(logits)[token]))
             if len(out) < limit:
                 logits = self._decode_all([token], False, cancel)
         return out

@@ -18,7 +18,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -303,6 +304,22 @@ class Engine:
             self._background = BackgroundContext(self, n_ctx)
         return self._background
 
+    @contextmanager
+    def live_background(self, n_ctx: int) -> Iterator[BackgroundContext]:
+        """The background context running the live adapter (the one serving now), for idle-time
+        rollouts (GRPO samples the policy being trained); the base weights again after, so the
+        judge never reads with the policy. An adapter swap meanwhile hands the context back to the
+        base weights at once (set_adapter): the caller compares `lora_version` before and after."""
+        bg = self.background_context(n_ctx)
+        with self.lock.background():
+            bg.set_lora(self._adapter, self.adapter_version)
+        try:
+            yield bg
+        finally:
+            with self.lock.background():
+                if bg.lora_version is not None or bg._lora is not None:
+                    bg.set_lora(None, None)
+
     def footprint(self, judge_ctx: int) -> dict[str, Any]:
         """The sizes the trainer's memory plan needs (clawd.train.memory.llama_serving): the model
         file, the share of its layers on the GPU, its attention shapes, and each context's (n_ctx,
@@ -352,6 +369,8 @@ class Engine:
             self._live = 0
             t2 = time.perf_counter()
             old, self._adapter = self._adapter, new
+            if self._background is not None and self._background.lora_version is not None:
+                self._background.set_lora(None, None)  # rollouts sampling with `old`: never with a freed adapter
             if old is not None:
                 llama_cpp.llama_adapter_lora_free(old)
             self.adapter_version, self.adapter_path = version, Path(path) if path is not None else None

@@ -22,7 +22,7 @@ from ..config import Settings
 from ..engine import tool_calls
 from ..engine.chat_template import TemplateError
 from ..engine.engine import Engine, GenInfo, Sampling
-from ..store.records import ToolCall, Turn
+from ..store.records import DEFAULT_TEMPERATURE, ToolCall, Turn
 from ..store.store import StorageError, Store
 from . import protocol, sessions
 
@@ -106,7 +106,7 @@ class ChatService:
         except tool_calls.ToolGrammarError as e:
             raise protocol.ApiError(400, f"Invalid 'tools': {e}.", param="tools", code="tool_grammar_too_large") from None
         sampling = Sampling(
-            temperature=protocol.DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
+            temperature=DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed, max_tokens=max_tokens, grammar=grammar, lazy=lazy, top_logprobs=req.top_logprobs or 0,
         )

@@ -21,9 +21,6 @@ MAX_STOP_CHARS = 256
 # template's JSON, the grammar's converter); OpenClaw's deepest schema nests 5 levels.
 MAX_SCHEMA_DEPTH = 64
 MAX_TOP_LOGPROBS = 20  # OpenAI's own bound on top_logprobs
-# Sampling temperature of a request that sets none. The trainer scores a recorded turn at the
-# temperature it was sampled at, so both read this one definition.
-DEFAULT_TEMPERATURE = 0.8
 
 
 class ApiError(Exception):

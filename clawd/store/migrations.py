@@ -135,4 +135,39 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX judgments_score ON judgments(turn_id, score);
         """,
     ),
+    (
+        # GRPO in idle time (issue 28): groups of answers to recorded turns' prompts, each scored
+        # against the user's own words, and which finished run trained on which group.
+        "005_rollout_groups",
+        """
+        CREATE TABLE rollout_groups (
+            id INTEGER PRIMARY KEY,
+            turn_id INTEGER NOT NULL REFERENCES turns(id),
+            source TEXT NOT NULL CHECK (source IN ('sampled', 'hindsight')),
+            adapter_version INTEGER,           -- what sampled the answers; NULL: the base weights
+            temperature REAL NOT NULL,
+            scorer TEXT,                       -- NULL until scored; then 'trusted', 'untrusted', 'undecided' (under the margin) or 'hindsight'
+            evidence TEXT NOT NULL DEFAULT '[]',  -- JSON: the user's words the scorer read
+            created REAL NOT NULL,
+            scored REAL
+        );
+        CREATE INDEX rollout_groups_turn ON rollout_groups(turn_id, adapter_version);
+        CREATE UNIQUE INDEX rollout_groups_hindsight ON rollout_groups(turn_id) WHERE source = 'hindsight';
+        CREATE TABLE rollouts (
+            id INTEGER PRIMARY KEY,
+            group_id INTEGER NOT NULL REFERENCES rollout_groups(id),
+            k INTEGER NOT NULL,
+            completion_ids BLOB NOT NULL,      -- int32 little-endian
+            logprobs BLOB NOT NULL,            -- float32, the engine's at T = 1 (empty for hindsight)
+            text TEXT NOT NULL,
+            reward REAL,
+            UNIQUE (group_id, k)
+        );
+        CREATE TABLE group_uses (              -- which groups a finished run consumed
+            group_id INTEGER NOT NULL REFERENCES rollout_groups(id),
+            run_id INTEGER NOT NULL REFERENCES train_runs(id),
+            PRIMARY KEY (group_id, run_id)
+        );
+        """,
+    ),
 ]

@@ -8,6 +8,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 TurnKind = Literal["main", "side"]
+GroupSource = Literal["sampled", "hindsight"]
+# Sampling temperature of a request that sets none. The server samples at it and the trainer and
+# the idle-time rollouts score or sample a recorded turn at it, so all read this one definition.
+DEFAULT_TEMPERATURE = 0.8
 TurnStatus = Literal["running", "ok", "aborted", "error"]
 AdapterStatus = Literal["trained", "published", "rejected", "retired"]
 
@@ -73,6 +77,50 @@ def output_key(text: str, calls: list[tuple[str, str]]) -> str:
         canon.append([name, args])
     blob = json.dumps([text.strip(), canon], ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def sampling_temperature(request: dict[str, Any]) -> float:
+    """The temperature a recorded turn is scored and re-sampled at: the one it was sampled at (the
+    serving default when the request set none). A greedy turn (T = 0) gets T = 1: argmax decoding
+    has no distribution to match (every logprob would be 0 or −inf), and T = 1 is the model's own
+    distribution, the one the engine records logprobs at. top_p is not modelled: OpenClaw sends none."""
+    t = request.get("temperature")
+    t = DEFAULT_TEMPERATURE if t is None else float(t)
+    return t if t > 0 else 1.0
+
+
+@dataclass
+class Rollout:
+    """One answer of a group: sampled in idle time for a recorded turn's prompt, or (hindsight) an
+    answer the user gave a verdict on."""
+
+    completion_ids: list[int]
+    text: str
+    logprobs: list[float] = field(default_factory=list)  # the engine's, at T = 1, one per id ([] for hindsight)
+    reward: float | None = None  # the scorer's, in [0, 1]; None until scored
+    id: int | None = None
+
+
+@dataclass
+class RolloutGroup:
+    """K answers to the prompt of one recorded main turn, compared with each other by GRPO
+    (design §7). `sampled`: drawn in idle time with the adapter `adapter_version` (None: the base
+    weights) at the turn's temperature, then scored against the user's own words. `hindsight`:
+    the turn's own answer, which the user corrected (reward 0), and the retry they accepted
+    (reward 1), both on the turn's prompt (without the correction)."""
+
+    turn_id: int
+    source: GroupSource
+    adapter_version: int | None
+    temperature: float
+    rollouts: list[Rollout]
+    scorer: str | None = None  # None until scored; then 'trusted', 'untrusted', 'undecided' (under the margin) or 'hindsight'
+    evidence: list[str] = field(default_factory=list)  # the user's words the scorer read, quoted
+    id: int | None = None
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r.reward if r.reward is not None else 0.0 for r in self.rollouts]
 
 
 @dataclass
@@ -272,6 +320,9 @@ class RoundState:
     plan: list[list[int]] | None = None  # minibatches of sample indices, every epoch
     lora: dict[str, Any] | None = None  # the LoRA weights and the optimizer's state after `step` steps
     optim: dict[str, Any] | None = None
+    # GRPO (design §7): the rollout groups this round trains on besides its turns; their samples
+    # follow the turns' in every per-sample list, and their steps follow the turns' in `plan`
+    group_ids: list[int] = field(default_factory=list)
 
     @property
     def scored(self) -> bool:
@@ -338,6 +389,7 @@ class Status:
     memory_mb: float
     home: str
     up: bool = True
+    grpo: dict[str, Any] = field(default_factory=dict)  # Daemon._grpo(): scorer trust, groups, last job and round
 
     def to_json(self) -> dict[str, Any]:
         tr = self.training
@@ -348,7 +400,7 @@ class Status:
                 "training": {**{k: getattr(tr, k) for k in TrainingStatus.__dataclass_fields__},
                              "memory_plan": tr.memory_plan, "last": tr.last.to_json() if tr.last else None,
                              "progress": tr.progress.to_json() if tr.progress else None},
-                "prompt_cache": self.prompt_cache, "memory_mb": self.memory_mb, "home": self.home}
+                "prompt_cache": self.prompt_cache, "memory_mb": self.memory_mb, "home": self.home, "grpo": self.grpo}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Status:

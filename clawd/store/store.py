@@ -18,23 +18,12 @@ from typing import Any
 
 from .migrations import MIGRATIONS
 from .records import Adapter, Feedback, GateResult, Judgment, NextState, ToolCall, Turn, Vote
+from .rollouts import RolloutQueries, _floats, _ints
 from .views import DashboardQueries
 
 # Main turns that finished, have a next state and no judgment yet.
 _UNJUDGED = ("FROM turns t JOIN next_states n ON n.turn_id = t.id LEFT JOIN judgments j ON j.turn_id = t.id"
              " WHERE t.kind = 'main' AND t.status = 'ok' AND j.turn_id IS NULL")
-
-
-def _ints(blob: bytes) -> list[int]:
-    a = array("i")
-    a.frombytes(blob)
-    return a.tolist()
-
-
-def _floats(blob: bytes) -> list[float]:
-    a = array("f")
-    a.frombytes(blob)
-    return a.tolist()
 
 
 class StorageError(RuntimeError):
@@ -47,7 +36,7 @@ def _storage_error(path: Path, e: sqlite3.Error) -> StorageError:
                         "that file and its directory; clawd carries on by itself once it can write.")
 
 
-class Store(DashboardQueries):
+class Store(DashboardQueries, RolloutQueries):
     def __init__(self, path: Path):
         self.path = Path(path)
         new = not self.path.exists()
@@ -92,18 +81,21 @@ class Store(DashboardQueries):
                         pass  # SQLite rolled back by itself
                 raise _storage_error(self.path, e) from e
 
-    def _transaction(self, steps: list[tuple[str, tuple | list[tuple]]]) -> None:
+    def _transaction(self, steps: list[tuple[str, tuple | list[tuple]]]) -> int | None:
         """Several writes as one transaction: all of them or none (a list of argument tuples runs
-        its statement once per tuple)."""
+        its statement once per tuple). Returns the row id the first statement inserted, if any."""
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                for sql, args in steps:
+                first = None
+                for i, (sql, args) in enumerate(steps):
                     if isinstance(args, list):
                         self._db.executemany(sql, args)
                     else:
-                        self._db.execute(sql, args)
+                        cur = self._db.execute(sql, args)
+                        first = cur.lastrowid if i == 0 else first
                 self._db.execute("COMMIT")
+                return first
             except BaseException as e:
                 if self._db.in_transaction:
                     try:
@@ -340,14 +332,15 @@ class Store(DashboardQueries):
                     (status, error, time.time(), run_id))
 
     def record_round(self, run_id: int, version: int, path: str, parent: int | None, meta: dict[str, Any],
-                     turn_ids: list[int], metrics: dict[str, Any]) -> None:
-        """One transaction: the adapter row, the turns consumed, the run done. Idempotent, so a
-        round killed after writing its directory records the same rows when it resumes."""
+                     turn_ids: list[int], metrics: dict[str, Any], group_ids: list[int] | None = None) -> None:
+        """One transaction: the adapter row, the turns and rollout groups consumed, the run done.
+        Idempotent, so a round killed after writing its directory records the same rows when it resumes."""
         now = time.time()
         self._transaction([
             ("INSERT OR IGNORE INTO adapters (version, path, parent, status, meta, created)"
              " VALUES (?, ?, ?, 'trained', ?, ?)", (version, path, parent, json.dumps(meta), now)),
             ("INSERT OR IGNORE INTO train_uses (turn_id, run_id) VALUES (?, ?)", [(t, run_id) for t in turn_ids]),
+            ("INSERT OR IGNORE INTO group_uses (group_id, run_id) VALUES (?, ?)", [(g, run_id) for g in group_ids or []]),
             ("UPDATE train_runs SET status = 'done', adapter_version = ?, metrics = ?, error = NULL, finished = ?"
              " WHERE id = ?", (version, json.dumps(metrics), now, run_id)),
         ])

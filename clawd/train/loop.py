@@ -1,13 +1,16 @@
 """One training round, top to bottom (design §7).
 
-  1. select judged main turns that no finished run has used (or resume the staged round), and
-     plan memory: does a round on them fit beside serving, at what length (memory.py)
-  2. build samples: recorded ids, reward, hinted teacher prompt
+  1. select judged main turns and scored GRPO groups (sampled with the live adapter in idle time,
+     judge/rollouts.py) that no finished run has used (or resume the staged round), and plan
+     memory: does a round on them fit beside serving, at what length (memory.py)
+  2. build samples: recorded ids, reward, hinted teacher prompt; each group answer with its group
+     advantage as its reward (batches.py)
   3. load the model, check its tokenizer, start from the current adapter
   4. score, once, at each turn's sampling temperature: log π_old (adapter on), log π_teacher
      (adapter off, hint in the prompt), log π_base (adapter off) for the KL term, and the
      truncated importance weight of each token against the logprobs the engine recorded
-  5. optimizer steps over minibatches, one sample per micro-step, AdamW continuing from the state
+  5. optimizer steps over minibatches (the turns' for train_epochs, then whole groups' for
+     grpo_epochs, so the clip acts), one sample per micro-step, AdamW continuing from the state
      the parent adapter's round ended with; a checkpoint after every step in adapters/.staging/,
      so a kill loses at most one step and the next round resumes
   6. write adapters/NNNN/ (peft adapter + meta.json) atomically, then the database rows in one
@@ -21,11 +24,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +39,15 @@ from ..store.records import RoundState, TrainEvent
 from ..store.store import Store
 from . import memory
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
-from .loss import kl_k3, policy_loss, tis_weight
+from .batches import GroupError, group_plan, group_samples, groups_of, minibatches
+from .loss import grpo_loss, kl_k3, policy_loss, tis_weight
 from .samples import WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
 
 log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
-         "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend")
+         "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
+         "grpo_epochs")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
@@ -120,11 +124,13 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control, se
         if store.fail_unstaged_runs():  # runs killed before their first checkpoint: nothing to resume
             log.info("interrupted training run(s) marked failed")
         turn_ids = ready_turns(store, settings.train_method, settings.train_batch)
-        if not turn_ids:
-            log.info("no judged turns ready for %s training", settings.train_method)
+        parent = _parent(adapters)
+        group_ids = store.ready_groups(parent, settings.grpo_groups) if settings.grpo_k >= 2 else []
+        if not turn_ids and not group_ids:
+            log.info("no judged turns or scored groups ready for %s training", settings.train_method)
             return None
         saved = {k: getattr(settings, k) for k in KNOBS} | {"train_base": str(settings.train_base or "") or None}
-        st = RoundState(turn_ids, _parent(adapters), saved)
+        st = RoundState(turn_ids, parent, saved, group_ids=group_ids)
     else:
         log.info("resuming run %d at step %d", st.run_id, st.step)
     # a resumed round keeps the settings it started with (those it predates: today's)
@@ -142,7 +148,7 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control, se
         log.info("run %d stopped after step %d; the next round resumes it", run_id, st.step)
         raise
     except Exception as e:
-        if isinstance(e, TokenizerMismatch):
+        if isinstance(e, (TokenizerMismatch, GroupError)):
             e = TrainError(str(e))
         elif is_oom(e):
             limit = st.limit or train_tokens(knobs.max_train_tokens, torch.cuda.is_available())
@@ -165,7 +171,8 @@ def _memory_plan(settings: Settings, store: Store, st: RoundState, backend: Back
         base_dir, loaded = hf_base(settings, model_path, sha), 0
     else:  # a caller's model, already in memory: what it holds is free for this round's purposes
         cuda, kind, base_dir, loaded = backend.device.type == "cuda", backend.name, backend.base_dir, backend.resident_bytes()
-    turns = [t for t in (store.turn(i) for i in st.turn_ids) if t is not None]
+    turns = [t for t in (store.turn(i) for i in st.turn_ids) if t is not None] + [
+        replace(t, completion_ids=r.completion_ids) for g, t in groups_of(store, st) for r in g.rollouts]
     limit = st.limit or train_tokens(settings.max_train_tokens, cuda)
     longest = max((len(t.prompt_ids) + len(t.completion_ids) for t in turns), default=limit)
     plan = memory.plan("cuda" if cuda else "cpu", memory.free_memory(cuda) + loaded, serving, memory.Shape.from_dir(base_dir),
@@ -201,11 +208,14 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     turns = [store.turn(i) for i in st.turn_ids]
     if any(t is None for t in turns):
         raise TrainError(f"turns {[i for i, t in zip(st.turn_ids, turns) if t is None]} are gone from the database")
+    groups = groups_of(store, st)
     _check_not_excluded(store, st)
-    match = check_tokenizer(turns[0], template, backend.encode, backend.decode)
+    match = check_tokenizer((turns + [t for _, t in groups])[0], template, backend.encode, backend.decode)
     # the planned length (a staged round from before memory plans: the setting's)
     limit = st.limit or train_tokens(k.max_train_tokens, backend.device.type == "cuda")
     samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
+    n_turns = len(samples)  # then each group's answers, each with its group advantage as the reward
+    samples += group_samples(groups, template, backend.encode, limit)
     w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k.train_method], (k.w_rl, k.w_opd)))
     kl_coef = k.train_kl_coef
 
@@ -221,10 +231,13 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     else:
         backend.reset_lora()
     if not st.scored:  # a fresh round (or one staged before the importance weights were kept)
-        scores = [_score(backend, control, s, w_opd > 0, kl_coef > 0, k.train_tis_cap) for s in samples]
+        scores = [_score(backend, control, s, w_opd > 0 and i < n_turns, kl_coef > 0, k.train_tis_cap)
+                  for i, s in enumerate(samples)]
         st.old, st.teacher, st.base, st.tis, st.drift = ([sc[key] for sc in scores]
                                                          for key in ("old", "teacher", "base", "tis", "drift"))
-        st.plan = _plan(len(samples), k.train_minibatch, k.train_epochs, seed=st.run_id or 0)
+        st.plan = (minibatches(n_turns, k.train_minibatch, k.train_epochs, seed=st.run_id or 0)
+                   + group_plan([len(g.rollouts) for g, _ in groups], n_turns, k.train_minibatch, k.grpo_epochs,
+                                 seed=st.run_id or 0))
         _save_staging(adapters, st)  # from here a kill resumes without scoring again
     assert st.old is not None and st.teacher is not None and st.base is not None and st.tis is not None
     opt = torch.optim.AdamW(backend.lora, lr=k.lr, weight_decay=0.0)
@@ -240,6 +253,8 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     micro: list[float] = []  # seconds per micro-step, this process's share of the round
     for step in range(st.step, len(plan)):
         total, kl = 0.0, 0.0
+        # a GRPO step's loss is its token mean over all its answers (grpo_loss), one answer per micro-step
+        step_tokens = sum(len(samples[i].completion_ids) for i in plan[step])
         for i in plan[step]:
             control.checkpoint()
             t_micro = time.perf_counter()
@@ -247,8 +262,13 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
             logp = backend.logprobs(s.ids, len(s.prompt_ids), temperature=s.temperature)[None]  # (1, C)
             old, teacher, tis = (x[i].to(dev)[None] for x in (st.old, st.teacher, st.tis))  # (1, C)
             base = st.base[i].to(dev)[None] if kl_coef else None  # (1, C)
-            loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
-                               w_rl, w_opd, tis, base, kl_coef) / len(plan[step])
+            if i < n_turns:
+                loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
+                                   w_rl, w_opd, tis, base, kl_coef) / len(plan[step])
+            else:
+                mask = torch.ones_like(old)
+                loss = grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) \
+                    * mask.sum() / step_tokens
             loss.backward()
             total += float(loss.detach())
             if base is not None:
@@ -265,7 +285,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
                             detail={"micro_step_s": round(max(micro[-len(plan[step]):]), 3)}))
 
     seconds = time.perf_counter() - t0
-    metrics = _metrics(samples, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
+    metrics = _metrics(samples, n_turns, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
                                                                           "memory_plan": mem.as_dict()}
     if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
         log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "
@@ -277,7 +297,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     _check_not_excluded(store, st)  # a session excluded while this round ran: nothing of it is written
     version, path, meta = _write_adapter(adapters, store, backend, st, metrics, model_path, sha)
     assert st.run_id is not None
-    store.record_round(st.run_id, version, str(path), st.parent, meta, st.turn_ids, metrics)
+    store.record_round(st.run_id, version, str(path), st.parent, meta, st.turn_ids, metrics, st.group_ids)
     shutil.rmtree(adapters.staging, ignore_errors=True)
     log.info("run %d: adapter %04d from %d turns, loss %.4f → %.4f, %.0fs", st.run_id, version, len(samples),
              st.losses[0], st.losses[-1], seconds)
@@ -307,7 +327,8 @@ def _parent_optimizer(adapters: AdapterDir, parent: int, lr: float) -> dict[str,
 
 
 def _check_not_excluded(store: Store, st: RoundState) -> None:
-    excluded = store.excluded_turns(st.turn_ids)
+    groups = [g for g in (store.group(i) for i in st.group_ids) if g is not None]
+    excluded = store.excluded_turns(st.turn_ids + [g.turn_id for g in groups])
     if excluded:
         raise TrainError(f"turns {excluded} of run {st.run_id} belong to a session excluded from training since the "
                          "round began; the round is discarded and the next one selects its turns again")
@@ -349,18 +370,10 @@ def _score(backend: Backend, control: Control, s: Sample, teacher: bool, base: b
     return out
 
 
-def _plan(n: int, minibatch: int, epochs: int, seed: int) -> list[list[int]]:
-    """Minibatches of sample indices, reshuffled each epoch; fixed by `seed` so a resume matches."""
-    rng, plan = random.Random(seed), []
-    for _ in range(epochs):
-        order = list(range(n))
-        rng.shuffle(order)
-        plan += [order[i:i + minibatch] for i in range(0, n, minibatch)]
-    return plan
-
-
-def _metrics(samples: list[Sample], st: RoundState, w_opd: float, kl_coef: float, seconds: float,
+def _metrics(samples: list[Sample], n_turns: int, st: RoundState, w_opd: float, kl_coef: float, seconds: float,
              backend: Backend) -> dict[str, Any]:
+    """The round's record (meta.json, train_runs.metrics); samples[n_turns:] are the groups' answers,
+    whose `reward` is their group advantage."""
     assert st.teacher is not None and st.old is not None and st.tis is not None and st.drift is not None
     plan = st.plan or []
     opd = [float((t - o).mean()) for s, t, o in zip(samples, st.teacher, st.old) if s.teacher_ids is not None and w_opd]
@@ -368,14 +381,19 @@ def _metrics(samples: list[Sample], st: RoundState, w_opd: float, kl_coef: float
     drift = [d for d in st.drift if d is not None]
     n = sum(d[1] for d in drift)
     weights = sum(float(w.sum()) for w, d in zip(st.tis, st.drift) if d is not None)
-    return {"samples": len(samples), "rewards": [s.reward for s in samples],
+    adv = [abs(s.reward) for s in samples[n_turns:]]
+    turn_rewards = [s.reward for s in samples[:n_turns]]
+    return {"samples": len(samples), "rewards": turn_rewards,
+            "groups": len(st.group_ids), "group_answers": len(adv),
+            "advantage_mean_abs": round(sum(adv) / len(adv), 4) if adv else None,
+            "advantage_max_abs": round(max(adv), 4) if adv else None,
             "temperatures": [s.temperature for s in samples],
             "stale_turns": sum(s.adapter_version != st.parent for s in samples),
             "rollout_drift": sum(d[0] for d in drift) / n if n else None,
             "tis_weight_mean": weights / n if n else None, "tis_clipped": sum(d[2] for d in drift) / n if n else None,
             "hints_cut": sum(s.hint_cut for s in samples), "system_prompt_cut": sum(s.system_cut > 0 for s in samples),
             "kl_to_base": st.kl if kl_coef else None,
-            "mean_reward": sum(s.reward for s in samples) / len(samples), "opd_samples": len(opd),
+            "mean_reward": sum(turn_rewards) / len(turn_rewards) if turn_rewards else None, "opd_samples": len(opd),
             "mean_opd_advantage": sum(opd) / len(opd) if opd else None, "losses": st.losses, "steps": len(plan),
             "tokens_trained": tokens, "cut_tokens": sum(s.cut for s in samples), "seconds": round(seconds, 2),
             "peak_memory_mb": round(backend.peak_memory_mb(), 1), "backend": backend.name}

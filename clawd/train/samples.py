@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.chat_template import CHATML, ChatTemplate, TemplateError, control_pieces, normalize
-from ..serve.protocol import DEFAULT_TEMPERATURE
-from ..store.records import Turn
+from ..store.records import Turn, sampling_temperature
 from ..store.store import Store
 
 log = logging.getLogger("clawd.train")
@@ -126,16 +125,6 @@ def system_prefix(template: ChatTemplate, request: dict[str, Any], encode: Encod
     except TemplateError:
         return 0
     return len(head) if ids[: len(head)] == head else 0
-
-
-def sampling_temperature(request: dict[str, Any]) -> float:
-    """The temperature a recorded turn is scored at: the one it was sampled at (the serving
-    default when the request set none). A greedy turn (T = 0) is scored at T = 1: argmax decoding
-    has no distribution to match (every logprob would be 0 or −inf), and T = 1 is the model's own
-    distribution, the one the engine records logprobs at. top_p is not modelled: OpenClaw sends none."""
-    t = request.get("temperature")
-    t = DEFAULT_TEMPERATURE if t is None else float(t)
-    return t if t > 0 else 1.0
 
 
 def fit(prompt: list[int], completion: list[int], keep: int, limit: int) -> tuple[list[int], list[int], int, int]:

@@ -93,6 +93,18 @@
   // -- live state ----------------------------------------------------------------------------
   let status = null;
 
+
+// GRPO in idle time: groups sampled, the scorer's mode, the last round's advantage spread
+function grpoLine(g) {
+  if (!g || !g.groups) return "—";
+  if (g.k < 2) return "off";
+  const c = g.groups, s = g.scorer || {};
+  const scorer = s.mode === "trusted" ? "scorer trusted" : s.mode === "untrusted" ? "scorer untrusted: trains nothing"
+    : `scorer ${s.mode || "not measured yet"}`;
+  const last = g.last_round ? `; last round ${g.last_round.groups} groups, mean |advantage| ${g.last_round.advantage_mean_abs.toFixed(2)}` : "";
+  return `${c.sampled} groups sampled, ${c.hindsight} hindsight pairs, ${c.trained} trained on; ${scorer}${last}`;
+}
+
   function renderStatus(st) {
     status = st;
     const adapter = st.adapter ? `adapter v${st.adapter.version}` : "base weights";
@@ -115,6 +127,7 @@
       ["turns", `${c.turns.toLocaleString()} recorded, ${c.judged.toLocaleString()} judged, ` +
         `${c.trained.toLocaleString()} trained on, ${c.feedback.toLocaleString()} with your feedback`],
       ["judge", judge.mode ? judge.mode.replace(/_/g, " ") : "—"],
+      ["GRPO", grpoLine(st.grpo)],
       ["learning", paused ? "paused by you: nothing trains or publishes (judging goes on)"
         : st.training.auto ? `on; a round after ${st.training.idle_seconds}s idle` : "auto_learn is off"],
       ["memory", `${Math.round(st.memory_mb)} MB`],

@@ -1,0 +1,139 @@
+"""GRPO's groups, made in idle time (issue 28; design §7): what the scheduler runs when nothing is
+left to judge or train.
+
+1. Hindsight pairs: a turn the user corrected, and the retry they accepted next, both answers on
+   the first turn's prompt (without the correction): reward 0 and 1. Free: nothing is sampled.
+2. Groups: for recorded main turns (every one the user reacted to, old ones too, none of an
+   excluded session, no side turn), K answers sampled on the background context with the live
+   adapter, at the turn's temperature, logprobs recorded; then scored on the base weights by
+   `Scorer` against the user's own words. Nothing is sampled while the scorer is untrusted or the
+   user has said nothing to score against.
+
+The background context yields to user requests between decode steps, as judging does; a job stops
+at the next group once `grpo_budget_s` has passed or the scheduler tells it to. A group and its
+scores are each written in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ..config import Settings
+from ..engine.background import Cancelled
+from ..engine.engine import Engine
+from ..store.records import Rollout, RolloutGroup, Turn, sampling_temperature
+from ..store.store import Store
+from .scorer import Scorer, last_user_text, user_evidence
+
+log = logging.getLogger("clawd.judge")
+
+CORRECTIONS_READ = 20  # recent corrections read to find EVIDENCE_ITEMS distinct ones
+# A replayed prompt and its answers must fit the background context, whose KV cache grows to fit
+# the longest (and stays): 8k tokens keeps it near the judge's on a small model.
+MAX_CONTEXT = 8192
+
+
+class Rollouts:
+    def __init__(self, engine: Engine, store: Store, settings: Settings, scorer: Scorer):
+        self.engine, self.store, self.settings, self.scorer = engine, store, settings, scorer
+        self.last: dict[str, float] | None = None  # what the last job did, for status
+
+    def pending(self) -> bool:
+        """Is there anything to do? (The scheduler asks every idle tick: cheap queries only.)"""
+        k = self.settings
+        if k.grpo_k < 2:
+            return False
+        if self.store.hindsight_pairs(1) or self.store.unscored_groups(1):
+            return True
+        trust = self.scorer.cached()
+        if trust is not None and trust.mode != "trusted":
+            return False
+        return bool(self.store.corrections(1)) and bool(self.store.rollout_candidates(self.engine.adapter_version, 1))
+
+    def run(self, stop: threading.Event | None = None) -> int:
+        """Make groups until none is left to make, the budget is spent or `stop` is set. Returns
+        how many groups were stored."""
+        t0, made = time.monotonic(), 0
+        try:
+            made += self._hindsight()
+            trust = self.scorer.trust(stop)  # measured once per model file (minutes), then cached
+            for g in self.store.unscored_groups(16):  # sampled before a kill, or before the scorer's trust was known
+                self._score(g, stop)
+            if trust.mode != "trusted":
+                log.info("GRPO scorer is %s on this model (%s); no groups are sampled", trust.mode,
+                         f"{100 * trust.measured['decided']:.0f}% of pairs decided at margin {trust.margin}")
+                return made
+            while stop is None or not stop.is_set():
+                if time.monotonic() - t0 > self.settings.grpo_budget_s:
+                    log.info("GRPO rollouts: idle budget of %.0fs spent", self.settings.grpo_budget_s)
+                    break
+                evidence = user_evidence(self.store.corrections(CORRECTIONS_READ))
+                turns = self.store.rollout_candidates(self.engine.adapter_version, 1) if evidence else []
+                if not turns:
+                    break
+                group = self._sample(turns[0], stop)
+                if group is not None:
+                    self._score(group, stop, evidence)
+                    made += 1
+        except Cancelled:
+            log.info("GRPO rollouts stopped; they go on at the next idle moment")
+        self.last = {"groups": made, "seconds": round(time.monotonic() - t0, 1), "at": time.time()}
+        return made
+
+    def _hindsight(self) -> int:
+        made = 0
+        for a, b in self.store.hindsight_pairs(16):
+            first, retry = self.store.turn(a), self.store.turn(b)
+            assert first is not None and retry is not None
+            self.store.add_group(RolloutGroup(
+                turn_id=a, source="hindsight", adapter_version=first.adapter_version,
+                temperature=sampling_temperature(first.request), scorer="hindsight",
+                rollouts=[Rollout(first.completion_ids, first.text, reward=0.0),
+                          Rollout(retry.completion_ids, retry.text, reward=1.0)]))
+            made += 1
+            log.info("hindsight pair: turn %d (corrected) against its accepted retry, turn %d", a, b)
+        return made
+
+    def _sample(self, turn: Turn, stop: threading.Event | None) -> RolloutGroup | None:
+        """K answers to the turn's recorded prompt with the live adapter; None (and a group with
+        no answers stored, so the turn is not tried again under this adapter) when it does not fit."""
+        assert turn.id is not None
+        k, version = self.settings, self.engine.adapter_version
+        temperature = sampling_temperature(turn.request)
+        n_ctx = len(turn.prompt_ids) + k.grpo_max_tokens + 1
+        if n_ctx > min(MAX_CONTEXT, self.engine.n_ctx):
+            log.info("turn %d: its prompt (%d tokens) is too long to replay; no group", turn.id, len(turn.prompt_ids))
+            self.store.add_group(RolloutGroup(turn.id, "sampled", version, temperature, [], scorer="undecided"))
+            return None
+        answers = []
+        with self.engine.live_background(max(n_ctx, 512)) as bg:
+            for i in range(k.grpo_k):
+                lps: list[float] = []
+                ids = bg.generate(turn.prompt_ids, temperature, k.grpo_max_tokens,
+                                  seed=hash((turn.id, version, i)) & 0xFFFFFFFF, cancel=stop, logprobs=lps)
+                answers.append(Rollout(ids, self.engine.detokenize(ids), lps))
+            swapped = bg.lora_version != version or self.engine.adapter_version != version
+        if swapped:  # another adapter went live meanwhile: these answers are nobody's policy now
+            log.info("turn %d: the adapter changed while its group was sampled; dropped", turn.id)
+            return None
+        g = RolloutGroup(turn.id, "sampled", version, temperature, answers)
+        self.store.add_group(g)
+        return g
+
+    def _score(self, g: RolloutGroup, stop: threading.Event | None, evidence: list[str] | None = None) -> None:
+        assert g.id is not None
+        turn = self.store.turn(g.turn_id)
+        assert turn is not None
+        trust = self.scorer.trust(stop)
+        evidence = evidence if evidence is not None else user_evidence(self.store.corrections(CORRECTIONS_READ))
+        if not evidence:  # the user has said nothing to score against (their corrections were refused, or excluded)
+            self.store.score_group(g.id, [0.0] * len(g.rollouts), "undecided", [])
+            return
+        question = last_user_text(turn)
+        rewards = [round(self.scorer.reward(evidence, question, r.text, stop), 4) for r in g.rollouts]
+        mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
+        self.store.score_group(g.id, rewards, mode, evidence)
+        log.info("turn %d: group of %d scored %s (%s)", g.turn_id, len(rewards),
+                 " ".join(f"{r:.2f}" for r in rewards), mode)

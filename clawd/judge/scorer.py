@@ -1,0 +1,191 @@
+"""GRPO's scorer (issue 28): would this user accept this answer, given what they said before?
+
+The daemon has no oracle. What it has is the user's own words about answers they did not want:
+the message they sent after an answer scored -1, and the comment of their negative feedback,
+quoted as they wrote them, never paraphrased by the model and never a tool's output or a fetched
+page (a prompt injection must not become a preference). The scorer shows the base model (adapter
+off, the judge's context) the most recent of them, a question and one answer, and reads
+P(" yes") against P(" no") where the verdict comes: one forward pass per answer, the prefix shared.
+
+How far to trust it is measured per model file on shipped labeled cases
+(`data/scorer_cases.jsonl`: real sampled answers, each labeled by whether it meets a stated
+preference; bench/scorer_cases.py builds them, split by scenario from the held-out
+tests/data/scorer_heldout.jsonl that only bench/scorer.py reads). Within each case every
+(meets, misses) pair of answers is a ranking question: the margin is the smallest reward gap at
+which the wrong-way pairs stay within `judge_max_wrong_sign`; `trusted` when at that margin at
+least MIN_DECIDED of the pairs are decided. A group whose answers' rewards differ by less than the
+margin teaches nothing (Store.ready_groups), and an untrusted scorer's groups train nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ..store.records import NextState, Turn
+from .hints import clip, quotes_tool_output, text_of, tool_texts
+
+log = logging.getLogger("clawd.judge")
+
+CASES = Path(__file__).parent / "data" / "scorer_cases.jsonl"
+EVIDENCE_ITEMS = 3  # the user's most recent distinct corrections shown
+EVIDENCE_CHARS = 200  # each, quoted
+QUESTION_CHARS, ANSWER_CHARS = 600, 1600  # cut in the middle (an answer's end matters: sign-offs, questions back)
+# Trusted needs half the pairs decided at the margin: below that, most groups would sit under the
+# margin and GRPO would train on a few lucky ones.
+MIN_DECIDED = 0.5
+MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward gaps tried
+VERSION = 1  # of this prompt and measure; part of the cache key
+SYSTEM = "You check answers for one user, who has told the assistant before what they want."
+ScorerMode = Literal["trusted", "untrusted"]
+
+
+def prompt_text(evidence: list[str], question: str, answer: str) -> str:
+    """The scorer's question, before the verdict word (the chat template goes around it)."""
+    said = "\n".join(f'- "{e}"' for e in evidence)
+    return (f"Earlier, this user said about the assistant's answers:\n{said}\n\nNow the user asks:\n"
+            f"{_cut(question, QUESTION_CHARS)}\n\nThe assistant answers:\n{_cut(answer, ANSWER_CHARS)}\n\n"
+            "Does this answer do what the user asked for earlier? Reply yes or no.")
+
+
+def _cut(text: str, keep: int) -> str:
+    return text if len(text) <= keep else text[: keep // 2] + " … " + text[-keep // 2:]
+
+
+def user_evidence(corrections: list[tuple[Turn, NextState | None, str]], n: int = EVIDENCE_ITEMS) -> list[str]:
+    """The user's most recent distinct corrections (Store.corrections), quoted, at most `n`; any
+    that repeats a tool's result (its request's or the next state's) is refused."""
+    out: list[str] = []
+    for turn, ns, words in corrections:
+        quote = clip(words, EVIDENCE_CHARS)
+        if quote in out or quotes_tool_output(words, tool_texts(turn, ns)):
+            continue
+        out.append(quote)
+        if len(out) >= n:
+            break
+    return out
+
+
+def last_user_text(turn: Turn) -> str:
+    return next((text_of(m.get("content")) for m in reversed(turn.request.get("messages", []))
+                 if m.get("role") == "user"), "")
+
+
+# -- the measure ------------------------------------------------------------------------------------
+def pair_metrics(cases: list[list[tuple[float, bool]]], margin: float) -> dict[str, float]:
+    """Over every (meets, misses) pair of answers within a case: the share decided (rewards at least
+    `margin` apart) and, of all pairs, the share decided the wrong way (the miss scored higher)."""
+    pairs = [good - bad for case in cases for good, meets in case if meets for bad, met in case if not met]
+    if not pairs:
+        return {"pairs": 0, "decided": 0.0, "wrong_sign": 0.0, "auc": 0.5}
+    d = np.array(pairs)
+    return {"pairs": len(pairs), "decided": float((np.abs(d) >= max(margin, 1e-9)).mean()),
+            "wrong_sign": float((d <= -max(margin, 1e-9)).mean()),
+            "auc": float(((d > 0) + 0.5 * (d == 0)).mean())}
+
+
+@dataclass
+class ScorerTrust:
+    model: str
+    mode: ScorerMode
+    margin: float  # the reward gap a group needs between its best and worst answer
+    cases: int
+    measured: dict[str, float]  # pairs, decided, wrong_sign, auc at the margin
+    length_auc: float  # the trivial baseline: the shorter answer ranked higher
+    seconds_per_answer: float
+    created: float = field(default_factory=time.time)
+
+
+def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], model: str, max_wrong_sign: float,
+            seconds_per_answer: float) -> ScorerTrust:
+    """Choose the margin and the mode from the scores of the labeled cases' answers."""
+    margin = next((m for m in MARGINS if pair_metrics(rewards, m)["wrong_sign"] <= max_wrong_sign), 1.0)
+    at = pair_metrics(rewards, margin)
+    mode: ScorerMode = "trusted" if margin < 1.0 and at["decided"] >= MIN_DECIDED else "untrusted"
+    shorter = [[(-float(n), ok) for n, (_, ok) in zip(ns, case)] for ns, case in zip(lengths, rewards)]
+    return ScorerTrust(model=model, mode=mode, margin=margin, cases=len(rewards), measured=at,
+                       length_auc=round(pair_metrics(shorter, 0.0)["auc"], 3), seconds_per_answer=round(seconds_per_answer, 3))
+
+
+def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Scorer:
+    """Scores answers with a judge's background context (base weights); measures itself once per
+    model file on the shipped cases and caches that under $CLAWD_HOME/judge/."""
+
+    def __init__(self, judge: Any, cache_dir: Path, max_wrong_sign: float, cases: Path = CASES):
+        self.judge, self.cache_dir, self.max_wrong_sign, self.cases_path = judge, cache_dir, max_wrong_sign, cases
+        self._trust: ScorerTrust | None = None
+        self.progress: dict[str, Any] | None = None
+
+    def reward(self, evidence: list[str], question: str, answer: str, cancel: threading.Event | None = None) -> float:
+        """P(yes) / (P(yes) + P(no)) as the reply's first word, either case: in (0, 1)."""
+        text = self.judge.engine.template.render([{"role": "system", "content": SYSTEM},
+                                                  {"role": "user", "content": prompt_text(evidence, question, answer)}])
+        lp = self.judge.choice_logps(text, ["Yes", "yes", "No", "no"], cancel)
+        yes, no = np.logaddexp(lp[0], lp[1]), np.logaddexp(lp[2], lp[3])
+        return float(1.0 / (1.0 + math.exp(no - yes)))
+
+    def _key(self) -> str:
+        model = self.judge.engine.model_path
+        st = model.stat()
+        blob = json.dumps([VERSION, model.name, st.st_size, st.st_mtime_ns, SYSTEM, prompt_text(["x"], "q", "a"),
+                           hashlib.sha256(self.cases_path.read_bytes()).hexdigest(), self.max_wrong_sign])
+        return "scorer-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def cached(self) -> ScorerTrust | None:
+        if self._trust is None:
+            path = self.cache_dir / f"{self._key()}.json"
+            if path.is_file():
+                try:
+                    self._trust = ScorerTrust(**json.loads(path.read_text()))
+                except (ValueError, TypeError):
+                    path.unlink(missing_ok=True)
+        return self._trust
+
+    def trust(self, cancel: threading.Event | None = None) -> ScorerTrust:
+        """This model's scorer trust: cached, or measured now (background work, minutes on CPU)."""
+        cached = self.cached()
+        if cached is not None:
+            return cached
+        cases = load_cases(self.cases_path)
+        log.info("measuring the GRPO scorer on %d labeled cases with %s: once per model file", len(cases),
+                 self.judge.engine.model_path.name)
+        t0, n = time.perf_counter(), 0
+        rewards, lengths = [], []
+        for i, case in enumerate(cases):
+            rewards.append([(self.reward(case["evidence"], case["question"], a["text"], cancel), a["meets"])
+                            for a in case["answers"]])
+            lengths.append([len(a["text"]) for a in case["answers"]])
+            n += len(case["answers"])
+            self.progress = {"measuring": i + 1, "of": len(cases)}
+        t = measure(rewards, lengths, self.judge.engine.model_path.name, self.max_wrong_sign,
+                    (time.perf_counter() - t0) / max(n, 1))
+        self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.cache_dir / f".{self._key()}.tmp"
+        tmp.write_text(json.dumps(asdict(t)))
+        os.replace(tmp, self.cache_dir / f"{self._key()}.json")
+        self._trust, self.progress = t, None
+        log.info("GRPO scorer on %s: %s (margin %.2f: %.0f%% of %d pairs decided, %.1f%% the wrong way; AUC %.2f, "
+                 "answer length alone %.2f)", t.model, t.mode, t.margin, 100 * t.measured["decided"],
+                 t.measured["pairs"], 100 * t.measured["wrong_sign"], t.measured["auc"], t.length_auc)
+        return t
+
+    def summary(self) -> dict[str, Any]:
+        """What status shows."""
+        t = self.cached()
+        if t is not None:
+            return asdict(t)
+        return {"mode": "measuring" if self.progress else "not measured yet", "progress": self.progress}
