@@ -25,6 +25,10 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real Ope
 # 4x the size, and the suite's tolerances were measured on SmolLM2.
 MODEL = str(bundled_model_path())
 os.environ["CLAWD_MODEL"] = MODEL
+# The daemons here make no GRPO groups in idle time: the first group would measure the scorer on its
+# shipped cases (~10 minutes of background CPU on SmolLM2), beside the test that happened to leave a
+# correction. tests/test_grpo.py runs the sampling, the scorer and the rounds on the real engine.
+os.environ["CLAWD_GRPO_K"] = "0"
 
 
 @lru_cache(maxsize=1)

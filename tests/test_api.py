@@ -145,6 +145,8 @@ def test_models_health_status(daemon: Daemon):
     st = httpx.get(daemon.url + "/v1/clawd/status").json()
     assert st["up"] and st["model"]["context"] == 8192
     assert set(st["turns"]) >= {"turns", "main", "side", "judged", "trained", "sessions"}
+    assert st["grpo"]["k"] == 0 and st["grpo"]["groups"]["sampled"] == 0  # off here (conftest.py)
+    assert st["grpo"]["scorer"]["mode"] == "not measured yet"
 
 
 def test_prefix_cache_reused(daemon: Daemon):
