@@ -9,9 +9,14 @@ The tuning split (clawd/judge/data/scorer_cases.jsonl) is what the daemon measur
 the held-out split (tests/data/scorer_heldout.jsonl) has other scenarios and complaint wordings,
 written apart (bench/scorer_cases.py), and is never used for a choice. Each case: the user's
 words, a question, and several of the model's own sampled answers labeled by the scenario's
-checker. Reported per split and per scenario: the pairwise AUC, decided and wrong-sign shares at
-the margin the daemon would choose on the tuning split, the trust mode that follows, and the same
-AUC for two baselines that know nothing of the user: shorter first, and fewer lines first.
+checker. Each answer's features are read once (the yes/no log-odds, the hidden state at half
+depth). Compared on the tuning split, each scenario's answers scored by a fit on the other
+scenarios: `ask` (the odds alone, no fit) and `probe-K` (the daemon's fit with K principal
+components; the daemon's K is scorer.COMPONENTS). On the held-out split: the daemon's fit on every
+tuning case, and `ask`. Reported per split and per scenario: the pairwise AUC, decided and
+wrong-sign shares at the margin the daemon would choose on the tuning split, the trust mode that
+follows, and the same AUC for two baselines that know nothing of the user: shorter first, and
+fewer lines first.
 Results go to bench/results/scorer-<model>.json.
 """
 
@@ -28,20 +33,42 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
 from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.engine.engine import Engine  # noqa: E402
+from clawd.judge.calibration import fit, predict  # noqa: E402
 from clawd.judge.judge import Judge  # noqa: E402
-from clawd.judge.scorer import CASES, Scorer, load_cases, measure, pair_metrics  # noqa: E402
+from clawd.judge.scorer import (  # noqa: E402
+    CASES,
+    COMPONENTS,
+    Scorer,
+    cross_val_rewards,
+    load_cases,
+    measure,
+    pair_metrics,
+)
 
 HELDOUT = ROOT / "tests" / "data" / "scorer_heldout.jsonl"
+TRIED = (8, 16, 32, 64)  # principal components of the hidden state, compared on the tuning split only
 
 
-def score_split(scorer: Scorer, cases: list[dict]) -> list[list[tuple[float, bool]]]:
-    out = []
+def features(scorer: Scorer, cases: list[dict]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(x (answers, 1 + n_embd), meets (answers,), scenario of each answer), in case order."""
+    xs, ok, groups = [], [], []
     for case in cases:
-        out.append([(scorer.reward(case["evidence"], case["question"], a["text"]), a["meets"]) for a in case["answers"]])
-        print(f"  {case['id']}: " + " ".join(f"{r:.2f}{'+' if ok else '-'}" for r, ok in out[-1]), flush=True)
-    return out
+        t0 = time.perf_counter()
+        for a in case["answers"]:
+            xs.append(scorer.features(case["evidence"], case["question"], a["text"]))
+            ok.append(bool(a["meets"]))
+            groups.append(case["scenario"])
+        print(f"  {case['id']}: {time.perf_counter() - t0:.1f}s", flush=True)
+    return np.array(xs), np.array(ok), groups
+
+
+def per_case(cases: list[dict], r: np.ndarray, ok: np.ndarray) -> list[list[tuple[float, bool]]]:
+    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
+    return [list(zip(r[a:b].tolist(), ok[a:b].tolist())) for a, b in zip(starts[:-1], starts[1:])]
 
 
 def baseline(cases: list[dict], key) -> float:
@@ -52,6 +79,7 @@ def report(cases: list[dict], rewards: list[list[tuple[float, bool]]], margin: f
     by = defaultdict(list)
     for c, r in zip(cases, rewards):
         by[c["scenario"]].append((c, r))
+
     def one(cs, rs):
         return {"cases": len(cs), **pair_metrics(rs, margin), "auc_any_margin": pair_metrics(rs, 0.0)["auc"],
                 "length_auc": baseline(cs, len), "lines_auc": baseline(cs, lambda t: t.count("\n"))}
@@ -69,20 +97,32 @@ def main() -> None:
     engine = Engine(model, n_ctx=4096, threads=args.threads)
     settings = Settings(home=Path(tempfile.mkdtemp(prefix="clawd-scorer-")))
     scorer = Scorer(Judge(engine, None, settings), settings.home / "judge", settings.judge_max_wrong_sign)
-    out: dict = {"model": model.name, "cases": {"tune": str(CASES.relative_to(ROOT)), "heldout": str(HELDOUT.relative_to(ROOT))}}
+    out: dict = {"model": model.name, "components": COMPONENTS,
+                 "cases": {"tune": str(CASES.relative_to(ROOT)), "heldout": str(HELDOUT.relative_to(ROOT))}}
     tune = load_cases(CASES)
-    t0 = time.perf_counter()
     print(f"tuning split: {len(tune)} cases", flush=True)
-    tune_rewards = score_split(scorer, tune)
-    n = sum(len(c["answers"]) for c in tune)
-    trust = measure(tune_rewards, [[len(a["text"]) for a in c["answers"]] for c in tune], model.name,
-                    settings.judge_max_wrong_sign, (time.perf_counter() - t0) / n)
-    out["trust"] = trust.__dict__
-    out["tune"] = report(tune, tune_rewards, trust.margin)
+    t0 = time.perf_counter()
+    x, ok, groups = features(scorer, tune)
+    out["seconds_per_answer"] = round((time.perf_counter() - t0) / len(ok), 2)
+    lengths = [[len(a["text"]) for a in c["answers"]] for c in tune]
+    ask = per_case(tune, 1 / (1 + np.exp(-x[:, 0])), ok)  # the yes/no odds alone
+    out["tune"] = {"ask": report(tune, ask, measure(ask, lengths, model.name, settings.judge_max_wrong_sign, 0).margin)}
+    for k in TRIED:  # each scenario's answers scored by a fit on the other scenarios
+        cv = per_case(tune, cross_val_rewards(x, ok, groups, k), ok)
+        trust = measure(cv, lengths, model.name, settings.judge_max_wrong_sign, 0)
+        out["tune"][f"probe-{k}"] = {"mode": trust.mode, "margin": trust.margin,
+                                     **report(tune, cv, trust.margin)}
+    chosen = measure(per_case(tune, cross_val_rewards(x, ok, groups), ok), lengths, model.name,
+                     settings.judge_max_wrong_sign, 0)
+    out["trust"] = {k: v for k, v in chosen.__dict__.items() if k != "fit"}
     if args.split == "all":
         held = load_cases(HELDOUT)
         print(f"held-out split: {len(held)} cases", flush=True)
-        out["heldout"] = report(held, score_split(scorer, held), trust.margin)
+        hx, hok, _ = features(scorer, held)
+        model_fit = fit(x, np.where(ok, 1, -1), plain=1, components=COMPONENTS)
+        probe = per_case(held, predict(model_fit, hx)[:, 2], hok)
+        ask_held = per_case(held, 1 / (1 + np.exp(-hx[:, 0])), hok)
+        out["heldout"] = {"probe": report(held, probe, chosen.margin), "ask": report(held, ask_held, chosen.margin)}
     print(json.dumps({k: v for k, v in out.items() if k != "cases"}, indent=1))
     dest = ROOT / "bench" / "results" / f"scorer-{model.stem}{'' if args.split == 'all' else '-tune'}.json"
     dest.write_text(json.dumps(out, indent=1) + "\n")

@@ -187,10 +187,13 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, engin
     store.add_next_state(NextState(t.id, "user", "No lists, please.", [{"role": "user", "content": "No lists, please."}]))
     verdict(store, t, -1)
     cases = tmp_path / "cases.jsonl"
-    cases.write_text(json.dumps({"id": "x-01", "scenario": "no_lists", "evidence": ["No lists please."],
-                                 "question": "Name three fruits.", "answers": [
-                                     {"text": "Apples, pears and plums are fruits.", "meets": True},
-                                     {"text": "- Apple\n- Pear\n- Plum", "meets": False}]}) + "\n")
+    cases.write_text("".join(json.dumps(c) + "\n" for c in (
+        {"id": "no_lists-01", "scenario": "no_lists", "evidence": ["No lists please."], "question": "Name three fruits.",
+         "answers": [{"text": "Apples, pears and plums are fruits.", "meets": True},
+                     {"text": "- Apple\n- Pear\n- Plum", "meets": False}]},
+        {"id": "brevity-01", "scenario": "brevity", "evidence": ["Shorter, please."], "question": "What is rain?",
+         "answers": [{"text": "Water falling from clouds.", "meets": True},
+                     {"text": "Rain is water. " * 12, "meets": False}]})))
     judge = Judge(engine, store, s)
     scorer = Scorer(judge, tmp_path / "judge", 0.03, cases)
     rollouts = Rollouts(engine, store, s, scorer)
@@ -207,7 +210,7 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, engin
     assert scored.scorer in ("trusted", "untrusted", "undecided") and scored.evidence == ["No lists, please."]
     assert all(0 < r < 1 for r in scored.rewards)
     trust = scorer.cached()
-    assert trust is not None and trust.cases == 1 and trust.measured["pairs"] == 1
+    assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2 and trust.fit["basis"]
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
 
 

@@ -5,13 +5,17 @@ the message they sent after an answer scored -1, and the comment of their negati
 quoted as they wrote them, never paraphrased by the model and never a tool's output or a fetched
 page (a prompt injection must not become a preference). The scorer shows the base model (adapter
 off, the judge's context) the most recent of them, a question and one answer, and reads
-P(" yes") against P(" no") where the verdict comes: one forward pass per answer, the prefix shared.
+P(yes) against P(no) where the verdict comes, and the model's hidden state there, halfway up its
+layers (as the judge does): one forward pass per answer, the prefix shared. A logistic regression
+fitted per model file on shipped labeled answers turns those into P(the user accepts it): the
+reward. (The yes/no odds alone are `reward_ask`, the baseline bench/scorer.py compares against.)
 
-How far to trust it is measured per model file on shipped labeled cases
+The fit and how far to trust it are measured per model file on shipped labeled cases
 (`data/scorer_cases.jsonl`: real sampled answers, each labeled by whether it meets a stated
 preference; bench/scorer_cases.py builds them, split by scenario from the held-out
 tests/data/scorer_heldout.jsonl that only bench/scorer.py reads). Within each case every
-(meets, misses) pair of answers is a ranking question: the margin is the smallest reward gap at
+(meets, misses) pair of answers is a ranking question, answered by a fit that left the case's
+whole scenario out (a preference it never saw, as the user's will be): the margin is the smallest reward gap at
 which the wrong-way pairs stay within `judge_max_wrong_sign`; `trusted` when at that margin at
 least MIN_DECIDED of the pairs are decided. A group whose answers' rewards differ by less than the
 margin teaches nothing (Store.ready_groups), and an untrusted scorer's groups train nothing.
@@ -22,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -33,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..store.records import NextState, Turn
+from .calibration import fit, predict
 from .hints import clip, quotes_tool_output, text_of, tool_texts
 
 log = logging.getLogger("clawd.judge")
@@ -45,7 +49,8 @@ QUESTION_CHARS, ANSWER_CHARS = 600, 1600  # cut in the middle (an answer's end m
 # margin and GRPO would train on a few lucky ones.
 MIN_DECIDED = 0.5
 MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward gaps tried
-VERSION = 1  # of this prompt and measure; part of the cache key
+COMPONENTS = 32  # principal components of the hidden state the fit reads (chosen on the tuning split, bench/scorer.py)
+VERSION = 2  # of this prompt, fit and measure; part of the cache key
 SYSTEM = "You check answers for one user, who has told the assistant before what they want."
 ScorerMode = Literal["trusted", "untrusted"]
 
@@ -100,15 +105,17 @@ class ScorerTrust:
     mode: ScorerMode
     margin: float  # the reward gap a group needs between its best and worst answer
     cases: int
-    measured: dict[str, float]  # pairs, decided, wrong_sign, auc at the margin
+    measured: dict[str, float]  # pairs, decided, wrong_sign, auc at the margin (scenario left out of each fit)
     length_auc: float  # the trivial baseline: the shorter answer ranked higher
     seconds_per_answer: float
+    fit: dict[str, list] = field(repr=False, default_factory=dict)  # calibration.fit on every case
     created: float = field(default_factory=time.time)
 
 
 def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], model: str, max_wrong_sign: float,
             seconds_per_answer: float) -> ScorerTrust:
-    """Choose the margin and the mode from the scores of the labeled cases' answers."""
+    """Choose the margin and the mode from rewards of the labeled cases' answers (each from a fit
+    that did not see the case's scenario)."""
     margin = next((m for m in MARGINS if pair_metrics(rewards, m)["wrong_sign"] <= max_wrong_sign), 1.0)
     at = pair_metrics(rewards, margin)
     mode: ScorerMode = "trusted" if margin < 1.0 and at["decided"] >= MIN_DECIDED else "untrusted"
@@ -117,32 +124,57 @@ def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], m
                        length_auc=round(pair_metrics(shorter, 0.0)["auc"], 3), seconds_per_answer=round(seconds_per_answer, 3))
 
 
+def cross_val_rewards(x: np.ndarray, meets: np.ndarray, groups: list[str], components: int = COMPONENTS) -> np.ndarray:
+    """Each answer's P(accepted) from a fit on the other groups' answers only (leave one scenario
+    out). x (n, 1 + n_embd): the yes/no log-odds, then the hidden state; meets (n,) bool."""
+    y, out, names = np.where(meets, 1, -1), np.zeros(len(meets)), np.array(groups)
+    if len(set(groups)) < 2:
+        raise ValueError("the scorer's cases need at least two scenarios: each is measured by a fit on the others")
+    for g in sorted(set(groups)):
+        test = names == g
+        out[test] = predict(fit(x[~test], y[~test], plain=1, components=components), x[test])[:, 2]
+    return out
+
+
 def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _render(engine: Any, evidence: list[str], question: str, answer: str) -> str:
+    return engine.template.render([{"role": "system", "content": SYSTEM},
+                                   {"role": "user", "content": prompt_text(evidence, question, answer)}])
+
+
 class Scorer:
-    """Scores answers with a judge's background context (base weights); measures itself once per
-    model file on the shipped cases and caches that under $CLAWD_HOME/judge/."""
+    """Scores answers with a judge's background context (base weights); fits and measures itself
+    once per model file on the shipped cases and caches that under $CLAWD_HOME/judge/."""
 
     def __init__(self, judge: Any, cache_dir: Path, max_wrong_sign: float, cases: Path = CASES):
         self.judge, self.cache_dir, self.max_wrong_sign, self.cases_path = judge, cache_dir, max_wrong_sign, cases
         self._trust: ScorerTrust | None = None
         self.progress: dict[str, Any] | None = None
 
-    def reward(self, evidence: list[str], question: str, answer: str, cancel: threading.Event | None = None) -> float:
-        """P(yes) / (P(yes) + P(no)) as the reply's first word, either case: in (0, 1)."""
-        text = self.judge.engine.template.render([{"role": "system", "content": SYSTEM},
-                                                  {"role": "user", "content": prompt_text(evidence, question, answer)}])
+    def features(self, evidence: list[str], question: str, answer: str,
+                 cancel: threading.Event | None = None) -> list[float]:
+        """log P(yes) − log P(no) as the reply's first word (either case), then the hidden state
+        there at the judge's layer, (n_embd,): 1 + n_embd floats."""
+        text = _render(self.judge.engine, evidence, question, answer)
         lp = self.judge.choice_logps(text, ["Yes", "yes", "No", "no"], cancel)
-        yes, no = np.logaddexp(lp[0], lp[1]), np.logaddexp(lp[2], lp[3])
-        return float(1.0 / (1.0 + math.exp(no - yes)))
+        odds = float(np.logaddexp(lp[0], lp[1]) - np.logaddexp(lp[2], lp[3]))
+        layer = self.judge.layer
+        hidden = self.judge.context.hidden(self.judge.engine.tokenize(text), (layer,), cancel)[layer]  # one token's work
+        return [odds, *hidden.tolist()]
+
+    def reward(self, evidence: list[str], question: str, answer: str, cancel: threading.Event | None = None) -> float:
+        """P(this user accepts the answer), in (0, 1), from this model's fit."""
+        t = self.trust(cancel)
+        return float(predict(t.fit, np.array([self.features(evidence, question, answer, cancel)]))[0, 2])
 
     def _key(self) -> str:
         model = self.judge.engine.model_path
         st = model.stat()
         blob = json.dumps([VERSION, model.name, st.st_size, st.st_mtime_ns, SYSTEM, prompt_text(["x"], "q", "a"),
-                           hashlib.sha256(self.cases_path.read_bytes()).hexdigest(), self.max_wrong_sign])
+                           hashlib.sha256(self.cases_path.read_bytes()).hexdigest(), self.max_wrong_sign, COMPONENTS])
         return "scorer-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def cached(self) -> ScorerTrust | None:
@@ -156,23 +188,29 @@ class Scorer:
         return self._trust
 
     def trust(self, cancel: threading.Event | None = None) -> ScorerTrust:
-        """This model's scorer trust: cached, or measured now (background work, minutes on CPU)."""
+        """This model's fit and trust: cached, or measured now (background work, minutes on CPU)."""
         cached = self.cached()
         if cached is not None:
             return cached
         cases = load_cases(self.cases_path)
-        log.info("measuring the GRPO scorer on %d labeled cases with %s: once per model file", len(cases),
+        log.info("fitting and measuring the GRPO scorer on %d labeled cases with %s: once per model file", len(cases),
                  self.judge.engine.model_path.name)
-        t0, n = time.perf_counter(), 0
-        rewards, lengths = [], []
+        t0, xs, meets, groups, sizes = time.perf_counter(), [], [], [], []
         for i, case in enumerate(cases):
-            rewards.append([(self.reward(case["evidence"], case["question"], a["text"], cancel), a["meets"])
-                            for a in case["answers"]])
-            lengths.append([len(a["text"]) for a in case["answers"]])
-            n += len(case["answers"])
+            for a in case["answers"]:
+                xs.append(self.features(case["evidence"], case["question"], a["text"], cancel))
+                meets.append(bool(a["meets"]))
+                groups.append(case["scenario"])
+            sizes.append(len(case["answers"]))
             self.progress = {"measuring": i + 1, "of": len(cases)}
+        x, ok = np.array(xs), np.array(meets)
+        cv = cross_val_rewards(x, ok, groups)
+        starts = np.cumsum([0, *sizes])
+        rewards = [list(zip(cv[a:b].tolist(), ok[a:b].tolist())) for a, b in zip(starts[:-1], starts[1:])]
+        lengths = [[len(a["text"]) for a in c["answers"]] for c in cases]
         t = measure(rewards, lengths, self.judge.engine.model_path.name, self.max_wrong_sign,
-                    (time.perf_counter() - t0) / max(n, 1))
+                    (time.perf_counter() - t0) / max(len(xs), 1))
+        t.fit = fit(x, np.where(ok, 1, -1), plain=1, components=COMPONENTS)
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.cache_dir / f".{self._key()}.tmp"
         tmp.write_text(json.dumps(asdict(t)))
@@ -187,5 +225,7 @@ class Scorer:
         """What status shows."""
         t = self.cached()
         if t is not None:
-            return asdict(t)
+            d = asdict(t)
+            d.pop("fit")
+            return d
         return {"mode": "measuring" if self.progress else "not measured yet", "progress": self.progress}
