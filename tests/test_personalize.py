@@ -235,12 +235,14 @@ def test_scenarios_are_sound():
             assert not sc.check(q, q), (sc.name, q)
 
 
-def test_the_bench_runs_on_the_daemons_defaults(tmp_path):
+def test_the_bench_runs_on_the_daemons_defaults(tmp_path, monkeypatch):
     """Only when the scheduler looks differs from what a user gets: no learning rate, batch or
     training length of the bench's own."""
     from personalize_eval import LOOP_FLAGS, is_learning, learning_settings
 
     from clawd.config import Settings
+
+    monkeypatch.delenv("CLAWD_GRPO_K")  # the tests' own (conftest.py); the bench starts its daemons without it
 
     defaults = Settings(home=tmp_path).public()
     got = learning_settings(["--home", str(tmp_path), "--train-method", "rl", *LOOP_FLAGS])
