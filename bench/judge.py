@@ -49,8 +49,8 @@ from clawd.judge.calibration import (  # noqa: E402
     top_verdict,
     verdicts,
 )
-from clawd.judge.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
 from clawd.judge.judge import PLAIN, PROMPTS, Judge  # noqa: E402
+from clawd.store.hints import evidence_hint, quotes_tool_output, tool_texts  # noqa: E402
 
 # Three held-out splits, each written apart from the tuning split and from each other; no choice
 # looks at any. The second was written after the first had been measured several times; the third

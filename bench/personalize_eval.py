@@ -110,8 +110,8 @@ def since(event: dict | None, t: float) -> dict | None:
 # -- the told column ------------------------------------------------------------------------------
 def told(sc: Scenario, question: str) -> str:
     """The question as the OPD teacher sees it: the user's message with the hint the judge builds
-    from the scenario's first complaint appended (clawd.judge.hints, clawd.train.samples)."""
-    from clawd.judge.hints import evidence_hint
+    from the scenario's first complaint appended (clawd.store.hints, clawd.train.samples)."""
+    from clawd.store.hints import evidence_hint
     from clawd.store.records import NextState, Turn
     from clawd.train.samples import HINT_MARK
 

@@ -22,8 +22,8 @@ from clawd.judge.calibration import (
     predict,
     verdicts,
 )
-from clawd.judge.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
 from clawd.judge.judge import SHOTS, cut_middle
+from clawd.store.hints import evidence_hint, feedback_hint, quotes_tool_output, tool_texts
 from clawd.store.records import NextState, ToolCall, Turn
 
 pytestmark = pytest.mark.fast  # no model, no daemon

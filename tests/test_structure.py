@@ -66,6 +66,20 @@ def test_no_import_cycle_inside_clawd():
     assert not cycles, "import cycles: " + "; ".join(" → ".join(c) for c in cycles)
 
 
+STAGES = ("serve", "judge", "train", "publish")
+
+
+def test_stages_meet_only_through_the_store():
+    """serve → record → judge → train → publish: the stages meet through SQLite rows and the
+    adapter directory, never by importing each other (they share the engine, the store, config)."""
+    crossing = []
+    for stage in STAGES:
+        for p in (PKG / stage).rglob("*.py"):
+            crossing += [f"{_module(p)} imports {i}" for i in sorted(_imports(p))
+                         if len(i.split(".")) > 1 and i.split(".")[1] in STAGES and i.split(".")[1] != stage]
+    assert not crossing, crossing
+
+
 def test_sql_lives_in_the_store_and_files_stay_readable():
     for p in PKG.rglob("*.py"):
         text = p.read_text()

@@ -32,10 +32,10 @@ import numpy as np
 from ..config import Settings
 from ..engine.background import BackgroundContext, Cancelled
 from ..engine.engine import Engine
+from ..store.hints import evidence_hint, text_of
 from ..store.records import Judgment, NextState, Turn
 from ..store.store import Store
 from .calibration import Calibration, Calibrator, top_verdict
-from .hints import evidence_hint, text_of
 
 log = logging.getLogger("clawd.judge")
 

@@ -35,9 +35,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..store.hints import clip, quotes_tool_output, text_of, tool_texts
 from ..store.records import NextState, Turn
 from .calibration import fit, predict
-from .hints import clip, quotes_tool_output, text_of, tool_texts
 
 log = logging.getLogger("clawd.judge")
 

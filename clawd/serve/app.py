@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response, Streamin
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import is_loopback
-from ..judge.hints import feedback_hint
+from ..store.hints import feedback_hint
 from ..store.records import Feedback
 from ..store.store import StorageError
 from . import protocol

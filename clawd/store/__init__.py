@@ -4,5 +4,7 @@
                  nothing of clawd, the ground floor
   store.py       Store: open, migrate, typed reads and writes; the only place SQL runs
   views.py       the dashboard's reads and controls (part of Store, on its connection)
+  rollouts.py    GRPO's groups of answers, their scores, and the user's corrections (part of Store)
+  hints.py       the user's evidence as OPD hints; none ever quotes a tool's output (judge and serve share it)
   migrations.py  the schema as named, append-only migrations
 """

@@ -8,7 +8,8 @@ does the work of distillation (OPD only re-weights the student's own tokens).
 
 A hint never carries a tool's output: the teacher would see the future (what the tool returned),
 and OPD would reward tokens that guess it (the reference implementation's rule too).
-Ground floor: imports only records, so the judge, the feedback route and the trainer share it.
+On the store's floor (it imports only records), so the judge and the feedback route share it
+without one stage importing another.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..store.records import NextState, Turn
+from .records import NextState, Turn
 
 MAX_QUOTE = 300  # characters of the user's correction or comment a hint quotes
 QUOTE_WORDS = 4  # a run of this many words shared with a tool result is a quote of it
