@@ -148,6 +148,13 @@ def test_gate_passes_sane_adapter_and_rejects_broken_ones(env):
     adapters.use(1)
     assert adapters.registry.current() == 1
 
+    from clawd.publish.gate import decisive
+
+    ids = [t for t in engine.tokenize("The capital of Germany is Berlin.") if t != engine.llm.token_bos()]
+    k = decisive(engine, ids, ("berlin",))
+    assert engine.detokenize(ids[k:]).strip().startswith("Berlin") and "Berlin" not in engine.detokenize(ids[:k])
+    assert decisive(engine, ids, ("munich",)) is None
+
     _, nan = adapters.prepare(2, GATE, gate_engine=engine)
     assert not nan.passed and "non-finite" in nan.reasons[0]
     rows = {a.version: a for a in store.adapters()}
@@ -190,6 +197,12 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
     if name == "benign":
         assert gate.passed, gate.reasons
         assert checks["kl"]["mean"] > 0.001  # it did change the model
+        nf = checks["near_flips"]  # margins read on the probes both answer right
+        assert nf["probes"] >= 10 and len(nf["near"]) < PLANTED_GATE.near_flips, nf
+        # the base's greedy answer takes the likeliest token: its margin under the base is >= 0
+        # (up to rounding between the batched pass here and the token-by-token generation)
+        assert all(base >= -0.05 for base, _ in nf["margins"].values()), nf
+        assert any(base != cand for base, cand in nf["margins"].values())
         assert any(a != b for a, b in zip(checks["answers"].values(), gated["echo"][1].checks["answers"].values()))
     else:
         assert not gate.passed
