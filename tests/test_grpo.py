@@ -76,9 +76,11 @@ def test_groups_round_trip_and_only_trusted_on_policy_unused_decided_groups_are_
     assert store.ready_groups(None, 8) == [ok, unscored]
     with pytest.raises(ValueError):
         store.score_group(ok, [1.0], "trusted", [])
-    # a turn with a sampled group under the base weights is not a candidate again until another adapter is live
-    assert [c.id for c in store.rollout_candidates(None, 8)] == [] and [c.id for c in store.rollout_candidates(3, 8)] == []
-    assert [c.id for c in store.rollout_candidates(4, 8)] == [t.id]
+    # a turn with a sampled group under the base weights is not a candidate again until another adapter
+    # is live, and then only while it has been replayed under fewer adapters than the bound
+    assert store.rollout_candidates(None, 8, 9) == [] and store.rollout_candidates(3, 8, 9) == []
+    assert [c.id for c in store.rollout_candidates(4, 8, 7)] == [t.id]
+    assert store.rollout_candidates(4, 8, 6) == []  # it has 6 sampled groups
     # a finished run that used a group leaves it out
     run = store.start_run("combined", [], None)
     store.record_round(run, 1, str(tmp_path / "a"), None, {}, [], {}, group_ids=[ok])

@@ -33,6 +33,11 @@ CORRECTIONS_READ = 20  # recent corrections read to find EVIDENCE_ITEMS distinct
 # A replayed prompt and its answers must fit the background context, whose KV cache grows to fit
 # the longest (and stays): 8k tokens keeps it near the judge's on a small model.
 MAX_CONTEXT = 8192
+# Each turn is replayed under at most this many adapters. Without a bound, every adapter a GRPO
+# round makes would make every turn a candidate again: idle time would go on training on the same
+# evidence forever, fitting the scorer rather than the user. Two: the adapter live when the turn
+# is first replayed, and one after it has learned from it.
+REPLAYS = 2
 
 
 class Rollouts:
@@ -50,7 +55,8 @@ class Rollouts:
         trust = self.scorer.cached()
         if trust is not None and trust.mode != "trusted":
             return False
-        return bool(self.store.corrections(1)) and bool(self.store.rollout_candidates(self.engine.adapter_version, 1))
+        return bool(self.store.corrections(1)) and bool(
+            self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS))
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Make groups until none is left to make, the budget is spent or `stop` is set. Returns
@@ -70,7 +76,7 @@ class Rollouts:
                     log.info("GRPO rollouts: idle budget of %.0fs spent", self.settings.grpo_budget_s)
                     break
                 evidence = user_evidence(self.store.corrections(CORRECTIONS_READ))
-                turns = self.store.rollout_candidates(self.engine.adapter_version, 1) if evidence else []
+                turns = self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS) if evidence else []
                 if not turns:
                     break
                 group = self._sample(turns[0], stop)

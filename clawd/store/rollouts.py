@@ -37,15 +37,17 @@ class RolloutQueries:
         raise NotImplementedError  # Store's
 
     # -- sampling ---------------------------------------------------------------------------------
-    def rollout_candidates(self, adapter_version: int | None, limit: int) -> list[Turn]:
+    def rollout_candidates(self, adapter_version: int | None, limit: int, replays: int) -> list[Turn]:
         """Trainable main turns with no sampled group under `adapter_version` yet (None: the base
-        weights), newest first: every recorded turn is replayed once per adapter, old ones too."""
+        weights) and fewer than `replays` in all, newest first: old turns are replayed too, once
+        per adapter, up to `replays` times."""
         rows = self._read(
             "SELECT t.* FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
             f" WHERE {_TRAINABLE} AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
             " AND NOT EXISTS (SELECT 1 FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled'"
             "                 AND g.adapter_version IS ?)"
-            " ORDER BY t.id DESC LIMIT ?", (adapter_version, limit))
+            " AND (SELECT COUNT(*) FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled') < ?"
+            " ORDER BY t.id DESC LIMIT ?", (adapter_version, replays, limit))
         return [self._turn(r) for r in rows]
 
     def add_group(self, g: RolloutGroup) -> int:
