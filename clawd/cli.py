@@ -13,7 +13,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, Settings, default_home, ensure_home
+from pydantic import ValidationError
+
+from .config import ConfigError, Settings, default_home, ensure_home, write_config_file
 from .store.records import GateResult, Status, TrainEvent
 
 _TYPES = {int: int, float: float, str: str, Path: Path}
@@ -80,8 +82,6 @@ def cmd_status(ns: argparse.Namespace) -> None:
 
 def cmd_config(ns: argparse.Namespace) -> None:
     home = ensure_home(default_home())
-    path = home / "config.json"
-    data = json.loads(path.read_text()) if path.is_file() else {}
     if ns.action == "show":
         print(json.dumps(Settings().public(), indent=2))
         return
@@ -90,15 +90,13 @@ def cmd_config(ns: argparse.Namespace) -> None:
     if ns.action == "set":
         if ns.value is None:
             sys.exit("clawd config set KEY VALUE")
-        data[ns.key] = ns.value
-        Settings(**{**data})  # validate before writing
+        try:
+            write_config_file(home, {ns.key: ns.value})
+        except ValidationError as e:
+            sys.exit(f"not set: {e.errors()[0]['msg']} ({ns.key}={ns.value!r})")
     else:
-        data.pop(ns.key, None)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.chmod(0o600)
-    tmp.replace(path)
-    print(f"{ns.action} {ns.key} in {path}")
+        write_config_file(home, unset=(ns.key,))
+    print(f"{ns.action} {ns.key} in {home / 'config.json'}")
 
 
 def cmd_install_service(ns: argparse.Namespace) -> None:

@@ -37,3 +37,28 @@ def test_every_command_prints_its_help():
         assert p.returncode == 0 and "usage: clawd" in p.stdout, (path, p.stderr[-500:])
     serve = subprocess.run([sys.executable, "-m", "clawd", "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert "10%" in serve.stdout  # the description that crashed it, printed as written
+
+
+def test_config_set_and_unset_write_one_private_file(tmp_path):
+    """`clawd config set|unset`: config.json's one writer (clawd.config.write_config_file) checks
+    the value before anything is written and keeps the file 0600."""
+    import json
+    import os
+    import stat
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CLAWD_")}, "CLAWD_HOME": str(tmp_path / "home")}
+
+    def config(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "clawd", "config", *args], capture_output=True, text=True,
+                              timeout=60, env=env)
+
+    path = tmp_path / "home" / "config.json"
+    assert config("set", "ctx", "4096").returncode == 0 and config("set", "grpo_k", "6").returncode == 0
+    assert json.loads(path.read_text()) == {"ctx": "4096", "grpo_k": "6"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    bad = config("set", "ctx", "-1")
+    assert bad.returncode != 0 and "not set" in bad.stderr and "ctx" in bad.stderr
+    assert json.loads(path.read_text()) == {"ctx": "4096", "grpo_k": "6"}  # nothing written
+    assert config("unset", "ctx").returncode == 0 and json.loads(path.read_text()) == {"grpo_k": "6"}
+    shown = json.loads(config("show").stdout)
+    assert shown["grpo_k"] == 6 and shown["ctx"] == 0

@@ -20,12 +20,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..config import Settings
+from ..config import Settings, write_config_file
 from ..engine.engine import Engine
 from ..store.records import GateResult
 from ..store.store import Store
 from .convert import BaseInfo, ConvertError, convert_adapter
-from .gate import GateConfig, run_gate
+from .gate import GATE_SETTINGS, GateConfig, run_gate
 from .registry import AdapterError, Registry
 
 log = logging.getLogger("clawd.publish")
@@ -177,8 +177,7 @@ class Adapters:
         info = merge(Path(record["base"]), [Path(d) for d in chain], out, self.settings.threads, progress or _log_progress())
         record = {"base": record["base"], "adapters": chain, "model": str(out), "version": current, "at": time.time()}
         _write_json(record_path, record)
-        config = self.settings.home / "config.json"
-        _write_json(config, {**(json.loads(config.read_text()) if config.is_file() else {}), "model": str(out)})
+        write_config_file(self.settings.home, {"model": str(out)})
         with self._lock:
             if self.engine is not None:
                 self.engine.reload(out)  # clears the adapter too
@@ -188,9 +187,7 @@ class Adapters:
         return {**info, **record, "serving": self.engine is not None}
 
     def gate_config(self) -> GateConfig:
-        s = self.settings
-        return GateConfig(**{k: getattr(s, f"gate_{k}") for k in ("margin", "probe_threshold", "kl_budget",
-                                                                  "kl_worst_share", "turns")})
+        return GateConfig(**{k: getattr(self.settings, f"gate_{k}") for k in GATE_SETTINGS})
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -49,6 +49,7 @@ from typing import Any
 import gguf
 import numpy as np
 
+from ..config import Settings
 from ..engine import tool_calls
 from ..engine.engine import Engine, GenInfo, Sampling
 from ..engine.sampling import log_softmax
@@ -62,22 +63,30 @@ WORST_NATS = 2.0  # a token whose distribution moved this far from the base's is
 MIN_MARGIN = 1.0  # nats: a probe the base answers by less is a coin toss already, not a near flip
 
 
+GATE_SETTINGS = ("margin", "probe_threshold", "kl_budget", "kl_worst_share", "turns", "near_flips")
+
+
+def _setting(name: str) -> Any:
+    """The default of Settings.gate_<name>: the one place a gate threshold's default is written."""
+    return Settings.model_fields[f"gate_{name}"].default
+
+
 @dataclass
 class GateConfig:
-    margin: float = 0.1  # nats per completion token the replay mean may drop below the base's
-    probe_threshold: int = 2  # probes newly wrong (or echoed, or degenerate) that reject
+    """The gate's thresholds (the `gate_*` settings, described there) and its fixed lengths."""
+
+    margin: float = _setting("margin")
+    probe_threshold: int = _setting("probe_threshold")
     # Measured on SmolLM2-135M (tests/test_publish_gate.py's adapters): a style-only adapter 0.06
     # nats/token and 0% of tokens above WORST_NATS; echoing 1.35 and 15%, a flipped fact 0.95 and 10%.
-    kl_budget: float = 0.3  # mean nats per token of KL(candidate ‖ base) on the general probes
-    kl_worst_share: float = 0.05  # share of those tokens allowed above WORST_NATS
-    turns: int = 8  # recent positive turns replayed
+    kl_budget: float = _setting("kl_budget")
+    kl_worst_share: float = _setting("kl_worst_share")
+    turns: int = _setting("turns")
+    near_flips: int = _setting("near_flips")
     max_tokens: int = 1024  # per replayed turn: the prompt is cut from the left to fit
     probe_tokens: int = 24  # greedy answer to an answer-checked probe
     tool_tokens: int = 48  # ... to a tool probe: a whole call, pretty-printed or not
     general_tokens: int = 32  # greedy answer to a general probe, on which the KL is measured
-    # Twice the probe threshold: margins move more often than answers do. Not yet measured against
-    # adapters known to flip probes in a later round (issue 28 asks for it; docs/learning.md).
-    near_flips: int = 4  # answer-checked probes whose margin fell below half the base's that reject
 
 
 def finite_check(path: Path) -> dict[str, Any]:
