@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .config import ConfigError, Settings, default_home, ensure_home, write_config_file
-from .store.records import GateResult, Status, TrainEvent
+from .store.records import GateResult, TrainEvent
 
 _TYPES = {int: int, float: float, str: str, Path: Path}
 
@@ -46,12 +46,13 @@ def _daemon(settings: Settings):
     return DaemonClient(settings)
 
 
-def _call(settings: Settings, method: str, path: str, body: dict | None = None, timeout: float = 900) -> Any:
-    """The daemon's JSON answer; None when no daemon listens. An error answer exits with its message."""
+def _call(settings: Settings, method: str, *args: Any) -> Any:
+    """`DaemonClient.<method>(*args)`: the record the daemon answers; None when no daemon listens.
+    An error answer exits with its message."""
     from .client import DaemonError
 
     try:
-        return _daemon(settings).call(method, path, body, timeout)
+        return getattr(_daemon(settings), method)(*args)
     except DaemonError as e:
         sys.exit(str(e))
 
@@ -64,7 +65,7 @@ def cmd_serve(ns: argparse.Namespace) -> None:
 
 def cmd_status(ns: argparse.Namespace) -> None:
     settings = _settings(ns)
-    st = _call(settings, "GET", "/v1/clawd/status", timeout=5)
+    st = _call(settings, "status")
     if st is None:
         if ns.json:
             print(json.dumps({"up": False, "url": f"http://{settings.host}:{settings.port}"}))
@@ -73,11 +74,11 @@ def cmd_status(ns: argparse.Namespace) -> None:
                   "Start it with `clawd serve` (foreground) or `clawd install-service` (at login).")
         sys.exit(1)
     if ns.json:
-        print(json.dumps(st, indent=2))
+        print(json.dumps(st.to_json(), indent=2))
         return
     from . import cli_show
 
-    cli_show.status(Status.from_json(st))
+    cli_show.status(st)
 
 
 def cmd_config(ns: argparse.Namespace) -> None:
@@ -124,9 +125,9 @@ def cmd_openclaw_config(ns: argparse.Namespace) -> None:
     from . import ops
 
     settings = _settings(ns)
-    st = _call(settings, "GET", "/v1/clawd/status", timeout=5)
+    st = _call(settings, "status")
     if st is not None:
-        ctx = Status.from_json(st).model.context
+        ctx = st.model.context
     else:
         ctx = settings.ctx or _trained_context(settings.resolved_model())
         print(f"(daemon not running: contextWindow {ctx} from the settings and the model file)", file=sys.stderr)
@@ -176,9 +177,7 @@ def cmd_adapters(ns: argparse.Namespace) -> None:
     settings = _settings(ns)
     if ns.action == "use" and ns.version is None:
         sys.exit("which one? `clawd adapters use N` (see `clawd adapters list`)")
-    path = "/v1/clawd/adapters" + ("" if ns.action == "list" else f"/{ns.action}")
-    state = _call(settings, "GET" if ns.action == "list" else "POST", path,
-                         {"version": ns.version} if ns.action == "use" else None)
+    state = _call(settings, "adapters", ns.action, ns.version)
     where = "daemon"
     if state is None:
         where = "stored state; the daemon is not running and serves it at its next start"
@@ -196,7 +195,7 @@ def cmd_publish(ns: argparse.Namespace) -> None:
     """In the daemon when it runs (its engine gates between requests), else here with a small
     engine of our own; either way the gate's verdict is stored with every reason."""
     settings = _settings(ns)
-    out = _call(settings, "POST", "/v1/clawd/adapters/publish", {"version": ns.version}, timeout=3600)
+    out = _call(settings, "publish", ns.version)
     where = "in the daemon"
     if out is None:
         where = "; `clawd serve` serves it"
@@ -204,9 +203,9 @@ def cmd_publish(ns: argparse.Namespace) -> None:
             out = _local_adapters(settings).publish(ns.version)
         except (LookupError, ValueError) as e:
             sys.exit(str(e).strip("'\""))
-    gate = GateResult.from_json(out["gate"])  # a rejection came back as an error, with every reason
+    gate = GateResult.from_json(out.gate)  # a rejection came back as an error, with every reason
     drop = (gate.checks.get("replay") or {}).get("drop")
-    print(f"adapter {out['version']} passed the gate in {gate.seconds:.0f}s"
+    print(f"adapter {out.version} passed the gate in {gate.seconds:.0f}s"
           + (f" (replay drop {drop:+.3f} nats/token)" if drop is not None else " (no judged turns to replay yet)")
           + f" and is live {where}".replace("live ;", "live;"))
 
@@ -268,15 +267,17 @@ def _asked_daemon(settings: Settings, job: str, own_settings: bool) -> bool:
         sys.exit(f"the daemon is running at {client.url} and {job}s with its own settings: stop it to {job} with "
                  f"other flags here, or change them with `clawd config set`")
     try:
-        out = client.call("POST", f"/v1/clawd/{job}", timeout=60)
+        out = client.ask(job)
     except DaemonError as e:
         if e.status == 409:
             return False
         sys.exit(str(e))
-    what = (f"a round on the {out['ready']} turns ready (of {out['batch']} a round)" if job == "train"
-            else f"its backlog of {out['backlog']} turn(s)")
+    if out is None:  # it stopped meanwhile
+        return False
+    what = (f"a round on the {out.ready} turns ready (of {out.batch} a round)" if job == "train"
+            else f"its backlog of {out.backlog} turn(s)")
     print(f"asked the daemon at {client.url} to {job} {what} as soon as no request is in flight "
-          f"(now: {out['doing']}); `clawd status` shows progress")
+          f"(now: {out.doing}); `clawd status` shows progress")
     return True
 
 
@@ -327,7 +328,7 @@ def cmd_merge(ns: argparse.Namespace) -> None:
     settings = _settings(ns)
     if _daemon(settings).up():
         print("merging in the daemon (progress: `clawd logs -f`); it keeps serving meanwhile", file=sys.stderr)
-        out = _call(settings, "POST", "/v1/clawd/adapters/merge", timeout=3600)
+        out = _call(settings, "merge")
     else:
         def progress(stage: str, done: float) -> None:
             print(f"\r{stage}: {done:4.0%}", end="\n" if done >= 1 else "", file=sys.stderr, flush=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from dataclasses import asdict
 
 from rich.console import Console
 from rich.table import Table
 
-from .store.records import Status, TrainEvent
+from .store.answers import AdaptersState, Status
+from .store.records import TrainEvent
 
 
 def status(st: Status) -> None:
@@ -119,22 +121,22 @@ def sparkline(scores: list[int]) -> str:
     return f"{bars}  mean {sum(scores) / len(scores):+.2f} over the last {len(scores)}"
 
 
-def adapters(state: dict, as_json: bool, where: str) -> None:
+def adapters(state: AdaptersState, as_json: bool, where: str) -> None:
     if as_json:
-        print(json.dumps(state, indent=2))
+        print(json.dumps(asdict(state), indent=2))
         return
-    if not state["adapters"]:
+    if not state.adapters:
         print(f"no adapters yet ({where}); training makes them and `clawd publish` puts one live")
         return
     print(f"{'':2}{'VERSION':<8}{'STATUS':<10}{'PARENT':<8}{'CREATED':<18}GATE")
-    for a in state["adapters"]:
-        gate = a["gate"] or {}
+    for a in state.adapters:
+        gate = a.gate or {}
         drop = (gate.get("replay") or {}).get("drop")
         # one reason a line, under this column; a pass shows what was measured
         note = ("passed" + (f", replay drop {drop:+.3f}" if drop is not None else "")
                 + (f"; {gate['summary']}" if gate.get("summary") else "")) if gate.get("passed") else \
             ("\n" + " " * 46).join(gate.get("reasons", [])) or "-"
-        created = datetime.datetime.fromtimestamp(a["created"]).strftime("%Y-%m-%d %H:%M")
-        print(f"{'*' if a['current'] else '':2}{a['version']:<8}{a['status']:<10}{str(a['parent'] or '-'):<8}"
+        created = datetime.datetime.fromtimestamp(a.created).strftime("%Y-%m-%d %H:%M")
+        print(f"{'*' if a.current else '':2}{a.version:<8}{a.status:<10}{str(a.parent or '-'):<8}"
               f"{created:<18}{note}")
-    print(f"\n* live: {state['current'] if state['current'] is not None else 'none (base weights)'} ({where})")
+    print(f"\n* live: {state.current if state.current is not None else 'none (base weights)'} ({where})")

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from .config import Settings
+from .store.answers import AdaptersState, Asked, Published, Status
 
 
 class DaemonError(RuntimeError):
@@ -46,6 +47,30 @@ class DaemonClient:
                 message = r.text
             raise DaemonError(r.status_code, message)
         return r.json()
+
+
+    # -- one typed method per endpoint the CLI uses; None when no daemon listens -----------------
+    def status(self, timeout: float = 5) -> Status | None:
+        d = self.call("GET", "/v1/clawd/status", timeout=timeout)
+        return None if d is None else Status.from_json(d)
+
+    def adapters(self, action: str = "list", version: int | None = None) -> AdaptersState | None:
+        """list | use (version) | off | rollback: the adapters' state after it."""
+        d = (self.call("GET", "/v1/clawd/adapters") if action == "list" else
+             self.call("POST", f"/v1/clawd/adapters/{action}", {"version": version} if action == "use" else None))
+        return None if d is None else AdaptersState.from_json(d)
+
+    def publish(self, version: int | None = None) -> Published | None:
+        d = self.call("POST", "/v1/clawd/adapters/publish", {"version": version}, timeout=3600)
+        return None if d is None else Published(**d)
+
+    def merge(self) -> dict[str, Any] | None:
+        return self.call("POST", "/v1/clawd/adapters/merge", timeout=3600)
+
+    def ask(self, job: str) -> Asked | None:
+        """`train` or `judge` at the scheduler's next free tick."""
+        d = self.call("POST", f"/v1/clawd/{job}", timeout=60)
+        return None if d is None else Asked(**d)
 
 
 class IncompleteStream(RuntimeError):

@@ -21,7 +21,7 @@ from .publish import AdapterError, Adapters
 from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
 from .serve.chat import ChatService
-from .store.records import LiveAdapter, ModelStatus, Status, TrainingStatus
+from .store.answers import LiveAdapter, ModelStatus, Status, TrainingStatus
 from .store.store import StorageError, Store
 from .train import Trainer, ready_turns
 from .train.memory import llama_serving
@@ -119,7 +119,7 @@ class Daemon:
 
     def _publish(self) -> dict[str, Any] | None:
         try:
-            return self.adapters.publish()
+            return asdict(self.adapters.publish())  # status keeps it as the last publish's outcome
         except AdapterError as e:  # rejected by the gate, or nothing to publish: an outcome, not a crash
             log.warning("not published: %s", e)
             return {"published": False, "error": str(e)}

@@ -149,6 +149,32 @@ def test_models_health_status(daemon: Daemon):
     assert st["grpo"]["scorer"]["mode"] == "not measured yet"
 
 
+def test_openapi_describes_every_clawd_route_and_the_client_decodes_them(daemon: Daemon):
+    """Every /v1/clawd/* route names the record it answers (so /docs shows it); the CLI's client
+    gets those records back, typed."""
+    from clawd.client import DaemonClient
+    from clawd.config import Settings
+    from clawd.store.answers import AdaptersState, Status
+
+    spec = httpx.get(daemon.url + "/openapi.json").json()
+    ours = {(m, p): op for p, ops in spec["paths"].items() if p.startswith("/v1/clawd/") for m, op in ops.items()}
+    assert {("get", "/v1/clawd/status"), ("get", "/v1/clawd/adapters"), ("post", "/v1/clawd/adapters/{action}"),
+            ("post", "/v1/clawd/train"), ("post", "/v1/clawd/judge")} <= set(ours)
+    for key, op in ours.items():
+        assert op["responses"]["200"]["content"]["application/json"]["schema"], key
+    assert spec["paths"]["/v1/clawd/status"]["get"]["responses"]["200"]["content"]["application/json"]["schema"] == \
+        {"$ref": "#/components/schemas/Status"}
+    assert {"Status", "TrainingStatus", "AdaptersState", "AdapterRow", "Asked"} <= set(spec["components"]["schemas"])
+    assert "requestBody" in spec["paths"]["/v1/feedback"]["post"]
+
+    client = DaemonClient(Settings(home=daemon.home, port=daemon.port))
+    st = client.status()
+    assert isinstance(st, Status) and st.up and st.model.context == 8192
+    state = client.adapters()
+    assert isinstance(state, AdaptersState) and state.daemon and state.serving == state.current
+    assert DaemonClient(Settings(home=daemon.home, port=1)).status() is None  # nobody there
+
+
 def test_prefix_cache_reused(daemon: Daemon):
     c = daemon.client()
     msgs = [{"role": "system", "content": "You are a careful assistant. " * 40}, {"role": "user", "content": "Hi"}]

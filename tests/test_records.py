@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from clawd.store.records import GateResult, LiveAdapter, ModelStatus, RoundState, Status, TrainEvent, TrainingStatus
+from clawd.store.answers import LiveAdapter, ModelStatus, Status, TrainingStatus
+from clawd.store.records import GateResult, RoundState, TrainEvent
 
 pytestmark = pytest.mark.fast
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..config import Settings, write_config_file
 from ..engine.engine import Engine
+from ..store.answers import AdapterRow, AdaptersState, Published
 from ..store.records import GateResult
 from ..store.store import Store
 from .convert import BaseInfo, ConvertError, convert_adapter
@@ -40,23 +41,22 @@ class Adapters:
         self._lock = threading.Lock()  # one change of `current` at a time
 
     # -- reading ------------------------------------------------------------------------------
-    def list(self) -> dict[str, Any]:
+    def list(self) -> AdaptersState:
         current = self.registry.current()
         rows = []
         for a in self.registry.rows():
             gate, meta = a.gate.to_json() if a.gate else {}, a.meta or {}
-            rows.append({"version": a.version, "status": a.status, "parent": a.parent,
-                         "current": a.version == current, "created": a.created,
-                         "method": meta.get("method"), "turns": len(meta.get("turn_ids") or []),
-                         "gate": {k: gate[k] for k in ("passed", "reasons", "summary", "replay", "probes", "kl", "seconds")
-                                  if k in gate} or None,
-                         "path": a.path})
+            rows.append(AdapterRow(
+                version=a.version, status=a.status, parent=a.parent, current=a.version == current, created=a.created,
+                method=meta.get("method"), turns=len(meta.get("turn_ids") or []),
+                gate={k: gate[k] for k in ("passed", "reasons", "summary", "replay", "probes", "near_flips", "kl",
+                                           "seconds") if k in gate} or None,
+                path=a.path))
         serving = self.engine.adapter_version if self.engine is not None else None
-        # serving: what the daemon's engine runs; None also when there is no daemon (`daemon` says which)
-        return {"current": current, "serving": serving, "daemon": self.engine is not None, "adapters": rows}
+        return AdaptersState(current, serving, self.engine is not None, rows)
 
     # -- changing what is live ----------------------------------------------------------------
-    def use(self, version: int) -> dict[str, Any]:
+    def use(self, version: int) -> AdaptersState:
         with self._lock:
             row = self.registry.row(version)
             if row.status == "rejected":
@@ -72,13 +72,13 @@ class Adapters:
         log.info("adapter %d is live", version)
         return self.list()
 
-    def off(self) -> dict[str, Any]:
+    def off(self) -> AdaptersState:
         with self._lock:
             self._apply(None, None)
         log.info("adapters off: serving the base weights")
         return self.list()
 
-    def rollback(self) -> dict[str, Any]:
+    def rollback(self) -> AdaptersState:
         """Retire the live adapter and go back to the newest published one before it (or the base)."""
         with self._lock:
             current = self.registry.current()
@@ -142,14 +142,13 @@ class Adapters:
         return version, result
 
     def publish(self, version: int | None = None, gate: GateConfig | None = None,
-                gate_engine: Engine | None = None) -> dict[str, Any]:
-        """Convert, gate and (if it passes) make live. Raises AdapterError with the reasons if not.
-        Returns {"version", "passed", "gate"} (the gate's JSON), as /v1/clawd/adapters/publish answers."""
+                gate_engine: Engine | None = None) -> Published:
+        """Convert, gate and (if it passes) make live. Raises AdapterError with the reasons if not."""
         version, result = self.prepare(version, gate, gate_engine)
         if not result.passed:
             raise AdapterError(f"adapter {version} rejected by the gate: " + "; ".join(result.reasons))
         self.use(version)
-        return {"version": version, "passed": True, "gate": result.to_json()}
+        return Published(version, True, result.to_json())
 
     # -- merging -------------------------------------------------------------------------------
     def merge(self, progress=None) -> dict[str, Any]:

@@ -9,15 +9,18 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from typing import Any
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import is_loopback
+from ..store.answers import AdaptersState, Asked, FeedbackAnswer, Published, Status
 from ..store.hints import feedback_hint
 from ..store.records import Feedback
 from ..store.store import StorageError
@@ -131,124 +134,157 @@ def create_app(daemon: Any) -> FastAPI:
         log.exception("unhandled error on %s", request.url.path)
         return _error(protocol.ApiError(500, "Internal error; see the daemon log.", type="server_error"))
 
-    @app.get("/health")
-    async def health():
-        return {"status": "ok"}
-
-    @app.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [
-            {"id": settings.model_id, "object": "model", "created": int(daemon.started), "owned_by": "clawd",
-             "context_length": daemon.engine.n_ctx, "adapter": daemon.engine.adapter_version}]}
-
-    @app.get("/v1/clawd/status")
-    async def status():
-        return (await asyncio.to_thread(daemon.status)).to_json()  # reads the database: off the event loop
-
-    @app.post("/v1/feedback")
-    async def feedback(request: Request):
-        """Explicit feedback on an answer: {"id": completion id, "score": 1 | -1, "comment"?}.
-        It overrides the judge's score for training; a later one replaces an earlier one."""
-        try:
-            body = json.loads(await request.body())
-        except ValueError as e:
-            raise protocol.ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
-        if not isinstance(body, dict) or not isinstance(body.get("id"), str):
-            raise protocol.ApiError(400, 'Send {"id": "<completion id>", "score": 1 or -1}.', param="id")
-        score, comment = body.get("score"), body.get("comment")
-        if type(score) is not int or score not in (1, -1):  # bool is an int subclass: true is not a score
-            raise protocol.ApiError(400, f"Invalid value for 'score': {score!r}; use 1 or -1.", param="score")
-        if comment is not None and not isinstance(comment, str):
-            raise protocol.ApiError(400, "Invalid value for 'comment': a string or null.", param="comment")
-        turn = await asyncio.to_thread(daemon.store.turn_by_completion_id, body["id"])
-        if turn is None:
-            raise protocol.ApiError(404, f"No completion with id '{body['id']}' was recorded.", param="id",
-                                    code="not_found")
-        ns = await asyncio.to_thread(daemon.store.next_state, turn.id)
-        hint, refused = feedback_hint(comment, turn, ns)
-        await asyncio.to_thread(daemon.store.set_feedback,
-                                Feedback(turn_id=turn.id, score=score, comment=comment, hint=hint))
-        out = {"ok": True, "id": body["id"], "turn_id": turn.id, "score": score, "hint": hint is not None}
-        return {**out, "hint_refused": refused} if refused else out
-
-    # -- adapters (publish): daemon.adapters raises LookupError (unknown version) or ValueError
-    @app.get("/v1/clawd/adapters")
-    async def adapters_list():
-        return await asyncio.to_thread(daemon.adapters.list)
-
-    @app.post("/v1/clawd/adapters/{action}")
-    async def adapters_action(action: str, request: Request):
-        raw = await request.body()
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except ValueError as e:
-            raise protocol.ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
-        version = body.get("version") if isinstance(body, dict) else None
-        if action == "use" and not isinstance(version, int):
-            raise protocol.ApiError(400, 'Send {"version": N}.', param="version")
-        calls = {"use": lambda: daemon.adapters.use(version), "off": daemon.adapters.off,
-                 "rollback": daemon.adapters.rollback, "publish": lambda: daemon.adapters.publish(version),
-                 "merge": daemon.adapters.merge}
-        if action not in calls:
-            raise protocol.ApiError(404, f"Unknown adapter action {action!r}; one of {', '.join(calls)}.", code="not_found")
-        try:
-            return await asyncio.to_thread(calls[action])  # a swap waits for the request generating now
-        except LookupError as e:
-            raise protocol.ApiError(404, str(e).strip("'\""), code="adapter_not_found") from None
-        except ValueError as e:
-            raise protocol.ApiError(400, str(e), code="adapter_refused") from None
-
-    # -- background work by hand (`clawd train --once`, `clawd judge --once` with the daemon up)
-    @app.post("/v1/clawd/train")
-    async def ask_train():
-        return await _ask("train")
-
-    @app.post("/v1/clawd/judge")
-    async def ask_judge():
-        return await _ask("judge")
-
-    async def _ask(job: str) -> dict:
-        if not settings.auto_learn:
-            raise protocol.ApiError(409, "auto_learn is off, so this daemon runs no background work; "
-                                         f"`clawd {job} --once` runs it in its own process.", code="auto_learn_off")
-        daemon.scheduler.ask(job)
-        return {"asked": job, "doing": daemon.scheduler.state.doing, "ready": await asyncio.to_thread(daemon.ready_to_train),
-                "batch": settings.train_batch, "backlog": await asyncio.to_thread(daemon.judge.backlog_size)}
-
     add_dashboard(app, daemon)  # the page at / and the endpoints it reads
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if ctype and ctype != "application/json" and not ctype.endswith("+json"):
-            raise protocol.ApiError(415, f"Unsupported content type '{ctype}': send application/json.")
-        raw = await request.body()
-        if len(raw) > settings.max_body_bytes:
-            raise protocol.ApiError(413, f"Request body is larger than {settings.max_body_bytes} bytes.",
-                                    code="request_too_large")
-        req = protocol.parse_request(raw)
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        chat: ChatService = daemon.chat
-        if not chat.admit():
-            raise protocol.ApiError(503, f"clawd is busy: {chat.in_flight} requests are already queued "
-                                         "(setting max_queue). Retry shortly.", type="server_error",
-                                    code="queue_full", headers={"Retry-After": "2"})
-        try:
-            # Tokenizing a long prompt takes a while; keep the event loop free meanwhile.
-            prepared = await asyncio.to_thread(chat.prepare, req, headers)
-        except BaseException:
-            chat.release()
-            raise
-        if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            # The worker starts here, not inside the generator: it must run (and release its
-            # admission) even if the client vanishes before the response body is iterated.
-            return StreamingResponse(_sse(prepared, *_start(chat, prepared), include_usage, settings.model_id),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return await _complete(chat, prepared, request, settings.model_id)
-
+    app.include_router(router)
     return app
+
+
+# -- the routes: module level, each with the record it answers (so /openapi.json describes them) --
+router = APIRouter()
+
+
+def _daemon(request: Request) -> Any:
+    return request.app.state.daemon
+
+
+def _body_schema(model: type) -> dict[str, Any]:
+    """A request body's schema for OpenAPI, for the routes that read their body themselves (to answer
+    a bad one in OpenAI's error format, with the parameter named)."""
+    return {"requestBody": {"content": {"application/json": {"schema": TypeAdapter(model).json_schema()}}}}
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict[str, Any]:
+    daemon = _daemon(request)
+    return {"object": "list", "data": [
+        {"id": daemon.settings.model_id, "object": "model", "created": int(daemon.started), "owned_by": "clawd",
+         "context_length": daemon.engine.n_ctx, "adapter": daemon.engine.adapter_version}]}
+
+
+@router.get("/v1/clawd/status", responses={200: {"model": Status}})
+async def status(request: Request) -> dict[str, Any]:
+    """What the daemon is and is doing: `clawd status` decodes it (Status.from_json)."""
+    return (await asyncio.to_thread(_daemon(request).status)).to_json()  # reads the database: off the event loop
+
+
+@router.post("/v1/feedback", responses={200: {"model": FeedbackAnswer}}, openapi_extra=_body_schema(protocol.FeedbackRequest))
+async def feedback(request: Request) -> dict[str, Any]:
+    """Explicit feedback on an answer: {"id": completion id, "score": 1 | -1, "comment"?}.
+    It overrides the judge's score for training; a later one replaces an earlier one."""
+    daemon = _daemon(request)
+    try:
+        body = json.loads(await request.body())
+    except ValueError as e:
+        raise protocol.ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+        raise protocol.ApiError(400, 'Send {"id": "<completion id>", "score": 1 or -1}.', param="id")
+    score, comment = body.get("score"), body.get("comment")
+    if type(score) is not int or score not in (1, -1):  # bool is an int subclass: true is not a score
+        raise protocol.ApiError(400, f"Invalid value for 'score': {score!r}; use 1 or -1.", param="score")
+    if comment is not None and not isinstance(comment, str):
+        raise protocol.ApiError(400, "Invalid value for 'comment': a string or null.", param="comment")
+    turn = await asyncio.to_thread(daemon.store.turn_by_completion_id, body["id"])
+    if turn is None:
+        raise protocol.ApiError(404, f"No completion with id '{body['id']}' was recorded.", param="id",
+                                code="not_found")
+    ns = await asyncio.to_thread(daemon.store.next_state, turn.id)
+    hint, refused = feedback_hint(comment, turn, ns)
+    await asyncio.to_thread(daemon.store.set_feedback, Feedback(turn_id=turn.id, score=score, comment=comment, hint=hint))
+    out = asdict(FeedbackAnswer(True, body["id"], turn.id, score, hint is not None, refused))
+    return out if refused else {k: v for k, v in out.items() if k != "hint_refused"}
+
+
+# -- adapters (publish): daemon.adapters raises LookupError (unknown version) or ValueError
+@router.get("/v1/clawd/adapters", responses={200: {"model": AdaptersState}})
+async def adapters_list(request: Request) -> dict[str, Any]:
+    return asdict(await asyncio.to_thread(_daemon(request).adapters.list))
+
+
+@router.post("/v1/clawd/adapters/{action}", responses={200: {"model": AdaptersState | Published | dict[str, Any]}},
+             openapi_extra=_body_schema(protocol.AdapterRequest))
+async def adapters_action(action: str, request: Request) -> dict[str, Any]:
+    """use | off | rollback: the adapters' state after it; publish: the gate's verdict (Published);
+    merge: the merged model and its record."""
+    daemon = _daemon(request)
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError as e:
+        raise protocol.ApiError(400, f"We could not parse the JSON body of your request: {e}") from None
+    version = body.get("version") if isinstance(body, dict) else None
+    if action == "use" and not isinstance(version, int):
+        raise protocol.ApiError(400, 'Send {"version": N}.', param="version")
+    calls = {"use": lambda: daemon.adapters.use(version), "off": daemon.adapters.off,
+             "rollback": daemon.adapters.rollback, "publish": lambda: daemon.adapters.publish(version),
+             "merge": daemon.adapters.merge}
+    if action not in calls:
+        raise protocol.ApiError(404, f"Unknown adapter action {action!r}; one of {', '.join(calls)}.", code="not_found")
+    try:
+        out = await asyncio.to_thread(calls[action])  # a swap waits for the request generating now
+    except LookupError as e:
+        raise protocol.ApiError(404, str(e).strip("'\""), code="adapter_not_found") from None
+    except ValueError as e:
+        raise protocol.ApiError(400, str(e), code="adapter_refused") from None
+    return out if isinstance(out, dict) else asdict(out)
+
+
+# -- background work by hand (`clawd train --once`, `clawd judge --once` with the daemon up)
+@router.post("/v1/clawd/train", responses={200: {"model": Asked}})
+async def ask_train(request: Request) -> dict[str, Any]:
+    return await _ask(_daemon(request), "train")
+
+
+@router.post("/v1/clawd/judge", responses={200: {"model": Asked}})
+async def ask_judge(request: Request) -> dict[str, Any]:
+    return await _ask(_daemon(request), "judge")
+
+
+async def _ask(daemon: Any, job: str) -> dict[str, Any]:
+    if not daemon.settings.auto_learn:
+        raise protocol.ApiError(409, "auto_learn is off, so this daemon runs no background work; "
+                                     f"`clawd {job} --once` runs it in its own process.", code="auto_learn_off")
+    daemon.scheduler.ask(job)
+    return asdict(Asked(job, daemon.scheduler.state.doing, await asyncio.to_thread(daemon.ready_to_train),
+                        daemon.settings.train_batch, await asyncio.to_thread(daemon.judge.backlog_size)))
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    daemon = _daemon(request)
+    settings = daemon.settings
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+        raise protocol.ApiError(415, f"Unsupported content type '{ctype}': send application/json.")
+    raw = await request.body()
+    if len(raw) > settings.max_body_bytes:
+        raise protocol.ApiError(413, f"Request body is larger than {settings.max_body_bytes} bytes.",
+                                code="request_too_large")
+    req = protocol.parse_request(raw)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    chat: ChatService = daemon.chat
+    if not chat.admit():
+        raise protocol.ApiError(503, f"clawd is busy: {chat.in_flight} requests are already queued "
+                                     "(setting max_queue). Retry shortly.", type="server_error",
+                                code="queue_full", headers={"Retry-After": "2"})
+    try:
+        # Tokenizing a long prompt takes a while; keep the event loop free meanwhile.
+        prepared = await asyncio.to_thread(chat.prepare, req, headers)
+    except BaseException:
+        chat.release()
+        raise
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        # The worker starts here, not inside the generator: it must run (and release its
+        # admission) even if the client vanishes before the response body is iterated.
+        return StreamingResponse(_sse(prepared, *_start(chat, prepared), include_usage, settings.model_id),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return await _complete(chat, prepared, request, settings.model_id)
 
 
 def _storage_unavailable(message: str) -> protocol.ApiError:

@@ -233,3 +233,17 @@ def context_error(n_ctx: int, n_prompt: int, n_completion: int, at_least: bool =
         "Please reduce the length of the messages or completion.",
         param="messages", code="context_length_exceeded",
     )
+
+
+class FeedbackRequest(BaseModel):
+    """POST /v1/feedback's body (checked by the route itself, to name the bad parameter)."""
+
+    id: str = Field(description="The completion id (chatcmpl-…) the feedback is about.")
+    score: Literal[1, -1]
+    comment: str | None = Field(None, description="Why; it becomes the turn's OPD hint unless it quotes a tool's result.")
+
+
+class AdapterRequest(BaseModel):
+    """POST /v1/clawd/adapters/{action}'s body: `use` and (optionally) `publish` name a version."""
+
+    version: int | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 TurnKind = Literal["main", "side"]
@@ -333,81 +333,3 @@ class RoundState:
         """A checkpoint's dict; keys of other versions are ignored."""
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in names})
-
-
-@dataclass
-class ModelStatus:
-    id: str  # the model id clients send
-    path: str
-    context: int  # the serving context, tokens
-    trained_context: int
-    load_s: float
-
-
-@dataclass
-class LiveAdapter:
-    version: int
-    age_s: float | None  # since it was trained; None when its row is gone
-
-
-@dataclass
-class TrainingStatus:
-    last: TrainEvent | None  # how the last round ended (with `at`)
-    progress: TrainEvent | None  # the latest event of the round under way (or the last one)
-    last_publish: dict[str, Any] | None  # publish's outcome: version, passed, gate; or published False, error
-    batch: int  # judged turns a round waits for
-    ready: int  # judged turns a round could use now
-    backend: str | None  # what trained the last round (None: nothing yet)
-    backend_setting: str
-    auto: bool  # auto_learn
-    idle_seconds: float
-    paused: bool  # the user paused learning
-
-    @property
-    def memory_plan(self) -> dict[str, Any] | None:
-        """The last round's (memory.Plan.as_dict()), from its final event."""
-        return self.last.detail.get("memory_plan") if self.last else None
-
-
-@dataclass
-class Status:
-    """GET /v1/clawd/status: what the daemon is and is doing. `clawd status` decodes it."""
-
-    version: str
-    uptime_s: float
-    model: ModelStatus
-    device: str  # cuda | cpu
-    adapter: LiveAdapter | None  # None: the base weights
-    turns: dict[str, int]  # Store.counts()
-    recent_scores: list[int]  # the latest rewards, oldest first
-    judge: dict[str, Any]  # Judge.trust(): mode, figures, threshold (or calibration progress)
-    doing: str
-    doing_since_s: float
-    in_flight: int
-    training: TrainingStatus
-    prompt_cache: dict[str, Any] | None  # PromptCache.status(); None when off
-    memory_mb: float
-    home: str
-    up: bool = True
-    grpo: dict[str, Any] = field(default_factory=dict)  # Daemon._grpo(): scorer trust, groups, last job and round
-
-    def to_json(self) -> dict[str, Any]:
-        tr = self.training
-        return {"version": self.version, "up": self.up, "uptime_s": self.uptime_s, "model": asdict(self.model),
-                "device": self.device, "adapter": asdict(self.adapter) if self.adapter else None,
-                "turns": self.turns, "recent_scores": self.recent_scores, "judge": self.judge, "doing": self.doing,
-                "doing_since_s": self.doing_since_s, "in_flight": self.in_flight,
-                "training": {**{k: getattr(tr, k) for k in TrainingStatus.__dataclass_fields__},
-                             "memory_plan": tr.memory_plan, "last": tr.last.to_json() if tr.last else None,
-                             "progress": tr.progress.to_json() if tr.progress else None},
-                "prompt_cache": self.prompt_cache, "memory_mb": self.memory_mb, "home": self.home, "grpo": self.grpo}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Status:
-        tr = dict(d["training"])
-        for k in ("last", "progress"):
-            tr[k] = TrainEvent.from_json(tr[k]) if tr.get(k) else None
-        return cls(**{**{k: d[k] for k in cls.__dataclass_fields__ if k in d},
-                      "model": ModelStatus(**d["model"]),
-                      "adapter": LiveAdapter(**d["adapter"]) if d.get("adapter") else None,
-                      "training": TrainingStatus(**{k: tr[k] for k in TrainingStatus.__dataclass_fields__ if k in tr})})
