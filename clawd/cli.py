@@ -46,15 +46,32 @@ def _daemon(settings: Settings):
     return DaemonClient(settings)
 
 
-def _call(settings: Settings, method: str, *args: Any) -> Any:
-    """`DaemonClient.<method>(*args)`: the record the daemon answers; None when no daemon listens.
-    An error answer exits with its message."""
+def _call(settings: Settings, method: str, *args: Any, must: bool = False) -> Any:
+    """`DaemonClient.<method>(*args)`: the record the daemon answers; None when no daemon listens
+    (with `must`, that exits: it was up a moment ago). An error answer exits with its message."""
     from .client import DaemonError
 
     try:
-        return getattr(_daemon(settings), method)(*args)
+        out = getattr(_daemon(settings), method)(*args)
     except DaemonError as e:
         sys.exit(str(e))
+    if out is None and must:
+        sys.exit(f"the daemon at {_daemon(settings).url} stopped answering; `clawd status` says more")
+    return out
+
+
+def _online(settings: Settings, ns: argparse.Namespace) -> bool:
+    """Whether this command goes through the daemon (True) or runs here with `--offline` (False):
+    the CLI is the daemon's client and does the daemon's work in its own process only when told.
+    Exits when neither is possible."""
+    client = _daemon(settings)
+    up = client.up()
+    if ns.offline and up:
+        sys.exit(f"the daemon is running at {client.url} and does this itself: drop --offline, or stop it first")
+    if not ns.offline and not up:
+        sys.exit(f"no daemon answers at {client.url}: start it with `clawd serve` (or `clawd install-service`), "
+                 "or pass --offline to do this here, in this process, on its data")
+    return up
 
 
 def cmd_serve(ns: argparse.Namespace) -> None:
@@ -177,9 +194,10 @@ def cmd_adapters(ns: argparse.Namespace) -> None:
     settings = _settings(ns)
     if ns.action == "use" and ns.version is None:
         sys.exit("which one? `clawd adapters use N` (see `clawd adapters list`)")
-    state = _call(settings, "adapters", ns.action, ns.version)
     where = "daemon"
-    if state is None:
+    if _online(settings, ns):
+        state = _call(settings, "adapters", ns.action, ns.version, must=True)
+    else:
         where = "stored state; the daemon is not running and serves it at its next start"
         local = _local_adapters(settings)
         try:
@@ -195,9 +213,10 @@ def cmd_publish(ns: argparse.Namespace) -> None:
     """In the daemon when it runs (its engine gates between requests), else here with a small
     engine of our own; either way the gate's verdict is stored with every reason."""
     settings = _settings(ns)
-    out = _call(settings, "publish", ns.version)
     where = "in the daemon"
-    if out is None:
+    if _online(settings, ns):
+        out = _call(settings, "publish", ns.version, must=True)
+    else:
         where = "; `clawd serve` serves it"
         try:
             out = _local_adapters(settings).publish(ns.version)
@@ -219,8 +238,8 @@ def cmd_train(ns: argparse.Namespace) -> None:
         sys.exit("the daemon trains by itself when idle; `clawd train --once` runs one round now, in the foreground")
     overrides = {k: v for k, v in (("train_method", ns.round_method), ("train_batch", ns.round_batch)) if v is not None}
     settings = Settings(**{k: v for k, v in vars(ns).items() if k in Settings.model_fields}, **overrides)
-    if _asked_daemon(settings, "train", bool(overrides) or any(k in vars(ns) for k in Settings.model_fields
-                                                                 if k not in ("home", "log_level"))):
+    if _online(settings, ns) and _asked_daemon(settings, "train", bool(overrides) or any(
+            k in vars(ns) for k in Settings.model_fields if k not in ("home", "log_level"))):
         return
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -282,7 +301,8 @@ def _asked_daemon(settings: Settings, job: str, own_settings: bool) -> bool:
 
 
 def cmd_judge(ns: argparse.Namespace) -> None:
-    """Judge the backlog in this process (the daemon need not run) and exit."""
+    """Judge the backlog: the daemon's job when it runs (asked for), else with --offline in this
+    process, then exit."""
     if not ns.once:
         sys.exit("clawd judge runs with --once: it judges the backlog and exits. "
                  "A running daemon judges on its own when idle.")
@@ -296,7 +316,7 @@ def cmd_judge(ns: argparse.Namespace) -> None:
     from .store.store import Store
 
     settings = _settings(ns)
-    if _asked_daemon(settings, "judge", False):
+    if _online(settings, ns) and _asked_daemon(settings, "judge", False):
         return
     ensure_home(settings.home)
     store = Store(settings.home / "clawd.db")
@@ -326,9 +346,9 @@ def cmd_judge(ns: argparse.Namespace) -> None:
 def cmd_merge(ns: argparse.Namespace) -> None:
     """In the daemon when it runs (it moves to the merged model between requests), else here."""
     settings = _settings(ns)
-    if _daemon(settings).up():
+    if _online(settings, ns):
         print("merging in the daemon (progress: `clawd logs -f`); it keeps serving meanwhile", file=sys.stderr)
-        out = _call(settings, "merge")
+        out = _call(settings, "merge", must=True)
     else:
         def progress(stage: str, done: float) -> None:
             print(f"\r{stage}: {done:4.0%}", end="\n" if done >= 1 else "", file=sys.stderr, flush=True)
@@ -352,6 +372,11 @@ def cmd_bench(ns: argparse.Namespace) -> None:
     sys.exit(subprocess.call([sys.executable, str(script), *ns.args]))
 
 
+def _offline_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--offline", action="store_true", help="run here, in this process, on the daemon's data, while "
+                   "the daemon is stopped (without it the command asks the running daemon)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clawd", description="A local model daemon that learns from being used.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -368,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("value", nargs="?")
     p.set_defaults(func=cmd_config)
     p = sub.add_parser("judge", help="judge recorded turns from what came next (design §6)")
-    p.add_argument("--once", action="store_true", help="judge the backlog in this process and exit")
+    p.add_argument("--once", action="store_true", help="judge the backlog now (the daemon's, or --offline here) and exit")
+    _offline_flag(p)
     _add_settings_flags(p)
     p.set_defaults(func=cmd_judge)
     for name, func, text in (("install-service", cmd_install_service, "start clawd at login (systemd user unit / LaunchAgent)"),
@@ -393,19 +419,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "use", "rollback", "off"], nargs="?", default="list")
     p.add_argument("version", nargs="?", type=int, help="for `use`: the adapter version")
     p.add_argument("--json", action="store_true", help="every field, as JSON")
+    _offline_flag(p)
     _add_settings_flags(p)
     p.set_defaults(func=cmd_adapters)
     p = sub.add_parser("publish", help="convert, gate and make live the newest trained adapter (or version N)")
     p.add_argument("version", nargs="?", type=int)
+    _offline_flag(p)
     _add_settings_flags(p)
     p.set_defaults(func=cmd_publish)
     p = sub.add_parser("merge", help="fold the live adapter into the model: a new quantized GGUF, served from the next start")
+    _offline_flag(p)
     _add_settings_flags(p)
     p.set_defaults(func=cmd_merge)
     p = sub.add_parser("train", help="run one training round now, in the foreground")
     p.add_argument("--once", action="store_true", help="one round from the judged turns not yet trained on")
     p.add_argument("--method", dest="round_method", choices=["rl", "opd", "combined"],
                    help="what to learn from (default: train_method)")
+    _offline_flag(p)
     p.add_argument("--batch", dest="round_batch", type=int, help="turns in the round (default: train_batch)")
     _add_settings_flags(p, ("home", "model", "threads", "lr", "train_minibatch", "train_epochs", "max_train_tokens",
                             "train_base", "log_level"))

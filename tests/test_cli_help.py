@@ -62,3 +62,22 @@ def test_config_set_and_unset_write_one_private_file(tmp_path):
     assert config("unset", "ctx").returncode == 0 and json.loads(path.read_text()) == {"grpo_k": "6"}
     shown = json.loads(config("show").stdout)
     assert shown["grpo_k"] == 6 and shown["ctx"] == 0
+
+
+def test_without_a_daemon_the_cli_works_here_only_when_told(tmp_path):
+    """The CLI is the daemon's client: with no daemon it says how to start one, or does the work in
+    its own process with --offline (issue 30)."""
+    import os
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CLAWD_")}, "CLAWD_HOME": str(tmp_path / "home"),
+           "CLAWD_PORT": "1"}
+
+    def clawd(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "clawd", *args], capture_output=True, text=True, timeout=60, env=env)
+
+    for args in (("adapters", "list"), ("adapters", "off"), ("publish",), ("merge",), ("judge", "--once"),
+                 ("train", "--once")):
+        r = clawd(*args)
+        assert r.returncode != 0 and "no daemon answers at http://127.0.0.1:1" in r.stderr and "--offline" in r.stderr, args
+    r = clawd("adapters", "list", "--offline")
+    assert r.returncode == 0 and "no adapters yet" in r.stdout, r.stderr

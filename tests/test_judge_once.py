@@ -52,7 +52,7 @@ def prepare(home: Path, n: int) -> tuple[list[int], list[int]]:
 
 
 def judge_once(home: Path, *flags: str, wait: bool = True):
-    cmd = [sys.executable, "-m", "clawd", "judge", "--once", *FAST, *flags]
+    cmd = [sys.executable, "-m", "clawd", "judge", "--once", "--offline", *FAST, *flags]
     env = {**os.environ, "CLAWD_HOME": str(home)}
     if not wait:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

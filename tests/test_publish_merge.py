@@ -77,7 +77,7 @@ def test_clawd_merge(work, tmp_path):
     store.close()
 
     env = {**os.environ, "CLAWD_HOME": str(home)}
-    r = subprocess.run([sys.executable, "-m", "clawd", "merge", "--threads", "1", "--port", "1"], env=env,
+    r = subprocess.run([sys.executable, "-m", "clawd", "merge", "--offline", "--threads", "1", "--port", "1"], env=env,
                        capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     assert "quantizing: 100%" in r.stderr  # progress shown

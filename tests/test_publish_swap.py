@@ -191,7 +191,8 @@ def test_rollback_off_and_restart(daemon):
     expected = {p: ask(daemon, p)["text"] for p in PROMPTS[:1]}
     daemon.stop()
     # with the daemon down the CLI works on the stored state
-    state = json.loads(cli(daemon, "adapters", "list", "--json").stdout)
+    assert "--offline" in cli(daemon, "adapters", "list").stderr  # the CLI works here only when told
+    state = json.loads(cli(daemon, "adapters", "list", "--json", "--offline").stdout)
     assert state["current"] == 2 and state["serving"] is None and not state["daemon"]
     daemon.start()
     assert served(daemon) == 2
