@@ -1,4 +1,4 @@
-"""A live `clawd serve` on the bundled model, in a subprocess, over real HTTP (the harness is bench/common.py's Daemon)."""
+"""A live `clawd serve` on the bundled model, in a subprocess, over real HTTP (the harness is harness.py's Daemon)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-# The one `clawd serve` harness, shared with the benches. A test's daemon stays in pytest's process
-# group (new_session False, the default): a Ctrl-C stops it with the run.
-from common import Daemon  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # some tests run the benches' code
+# The one `clawd serve` harness, which the benches import too. A test's daemon stays in pytest's
+# process group (new_session False, the default): a Ctrl-C stops it with the run.
+from harness import Daemon  # noqa: E402
 
 from clawd.config import bundled_model_path  # noqa: E402
 
