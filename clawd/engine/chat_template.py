@@ -104,9 +104,17 @@ class ChatTemplate:
         return text
 
 
-def control_pieces(llm: Any) -> tuple[str, ...]:
-    """The text of every control token of a llama_cpp.Llama's vocabulary (longest first)."""
-    return vocab_pieces(llm)[0]
+def from_llama(llm: Any) -> tuple[ChatTemplate, int]:
+    """The template a llama_cpp.Llama renders with (the GGUF's own, else ChatML, with its BOS/EOS
+    text and control tokens), built one way for the engine and the trainer (which loads the
+    vocabulary alone); and the most bytes any token spells (`vocab_pieces`)."""
+    def piece(token: int) -> str:
+        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    control, longest = vocab_pieces(llm)
+    template = ChatTemplate(llm.metadata.get("tokenizer.chat_template") or CHATML, bos_token=piece(llm.token_bos()),
+                            eos_token=piece(llm.token_eos()), control=control)
+    return template, longest
 
 
 def vocab_pieces(llm: Any) -> tuple[tuple[str, ...], int]:

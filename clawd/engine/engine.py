@@ -29,7 +29,7 @@ import numpy as np
 from llama_cpp import Llama
 
 from .background import BackgroundContext
-from .chat_template import CHATML, ChatTemplate, vocab_pieces
+from .chat_template import from_llama
 from .compute_lock import PriorityLock
 from .grammar import GrammarMask
 from .prompt_cache import ALIGN, PromptCache, chunks, common_prefix, reusable
@@ -112,22 +112,14 @@ class Engine:
         meta = self.llm.metadata
         # max_token_bytes: a prompt of more than n_ctx times this many bytes cannot fit, so it is
         # refused without tokenizing it (32 on SmolLM2; 10 MB take 4 s to tokenize here)
-        control, self.max_token_bytes = vocab_pieces(self.llm)
+        self.template, self.max_token_bytes = from_llama(self.llm)
         self.n_ctx_train = int(meta.get(f"{meta.get('general.architecture', 'llama')}.context_length", self.n_ctx))
-        self.template = ChatTemplate(
-            meta.get("tokenizer.chat_template") or CHATML,
-            bos_token=self._piece(self.llm.token_bos()), eos_token=self._piece(self.llm.token_eos()),
-            control=control,
-        )
         self.lock = PriorityLock()
         self._live = 0  # leading positions of the serving context evaluated as prompt; the last answer follows
         self.cache = PromptCache(cache_mb, cache_dir, cache_disk_mb) if cache_mb and self._cuttable else None
         self._rekey()
         log.info("model loaded in %.1fs: context %d tokens, vocabulary %d, %d threads",
                  self.load_seconds, self.n_ctx, self.n_vocab, threads)
-
-    def _piece(self, token: int) -> str:
-        return self.llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
     def tokenize(self, text: str) -> list[int]:
         ids = self.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine.chat_template import CHATML, ChatTemplate, TemplateError, control_pieces, normalize
+from ..engine.chat_template import ChatTemplate, TemplateError, from_llama, normalize
 from ..store.records import Turn, sampling_temperature
 from ..store.store import Store
 
@@ -63,14 +63,7 @@ def gguf_template(model_path: Path) -> ChatTemplate:
     """The chat template the engine renders with: the GGUF's own, with its BOS/EOS text."""
     from llama_cpp import Llama
 
-    llm = Llama(str(model_path), vocab_only=True, verbose=False)  # the header and vocabulary only
-
-    def piece(token: int) -> str:
-        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
-
-    source = llm.metadata.get("tokenizer.chat_template") or CHATML
-    return ChatTemplate(source, bos_token=piece(llm.token_bos()), eos_token=piece(llm.token_eos()),
-                        control=control_pieces(llm))
+    return from_llama(Llama(str(model_path), vocab_only=True, verbose=False))[0]  # the header and vocabulary only
 
 
 def _tools(request: dict[str, Any]) -> list[dict[str, Any]] | None:
