@@ -238,7 +238,7 @@ def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namesp
         st, waited = wait_for_round(d, since=t_wait, timeout=args.round_timeout)
         rnd = {"feedback_turns": len(run["turns"]), "talk_s": round(talked, 1), "learn_s": round(waited, 1),
                "train": since(st["training"]["last"], t_wait), "publish": since(st["training"]["last_publish"], t_wait),
-               "turn_counts": st["turns"]}
+               "turn_counts": st["turns"], "grpo": st.get("grpo")}
         run["rounds"].append(rnd)
         live = (st["adapter"] or {}).get("version")
         # Turns the judge scored 0 (or gave no hint, for opd) carry no signal: talk only as much
