@@ -181,7 +181,8 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, engin
     s = Settings(home=tmp_path, grpo_k=3, grpo_max_tokens=24)
     prompt = engine.tokenize(engine.template.render([{"role": "user", "content": "Name three fruits."}]))
     t = Turn(session_id=store.open_session("s"), index=0, kind="main", completion_id="c1",
-             request={"messages": [{"role": "user", "content": "Name three fruits."}], "temperature": 0.9},
+             request={"messages": [{"role": "user", "content": "Name three fruits."}], "temperature": 0.9,
+                      "max_tokens": 12},
              prompt_ids=prompt)
     store.insert_turn(t)
     t.completion_ids, t.text, t.status = engine.tokenize("1. Apple\n2. Pear")[1:], "1. Apple\n2. Pear", "ok"
@@ -203,7 +204,7 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, engin
 
     g = rollouts._sample(t, None)
     assert g is not None and g.source == "sampled" and g.adapter_version is None and g.temperature == 0.9
-    assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 24 for r in g.rollouts)
+    assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 12 for r in g.rollouts)  # the user's limit
     assert all(len(r.logprobs) == len(r.completion_ids) and max(r.logprobs) <= 0 for r in g.rollouts)
     assert all(r.text == engine.detokenize(r.completion_ids) for r in g.rollouts)
     assert engine.background_context(512).lora_version is None  # the judge's weights again

@@ -108,7 +108,10 @@ class Rollouts:
         assert turn.id is not None
         k, version = self.settings, self.engine.adapter_version
         temperature = sampling_temperature(turn.request)
-        n_ctx = len(turn.prompt_ids) + k.grpo_max_tokens + 1
+        # no longer than the user's own answer could have been: the request's limit, if it set one
+        asked = turn.request.get("max_completion_tokens") or turn.request.get("max_tokens")
+        limit = min(k.grpo_max_tokens, int(asked)) if isinstance(asked, int) and asked > 0 else k.grpo_max_tokens
+        n_ctx = len(turn.prompt_ids) + limit + 1
         if n_ctx > min(MAX_CONTEXT, self.engine.n_ctx):
             log.info("turn %d: its prompt (%d tokens) is too long to replay; no group", turn.id, len(turn.prompt_ids))
             self.store.add_group(RolloutGroup(turn.id, "sampled", version, temperature, [], scorer="undecided"))
@@ -117,7 +120,7 @@ class Rollouts:
         with self.engine.live_background(max(n_ctx, 512)) as bg:
             for i in range(k.grpo_k):
                 lps: list[float] = []
-                ids = bg.generate(turn.prompt_ids, temperature, k.grpo_max_tokens,
+                ids = bg.generate(turn.prompt_ids, temperature, limit,
                                   seed=hash((turn.id, version, i)) & 0xFFFFFFFF, cancel=stop, logprobs=lps)
                 answers.append(Rollout(ids, self.engine.detokenize(ids), lps))
             swapped = bg.lora_version != version or self.engine.adapter_version != version
