@@ -89,15 +89,27 @@ def learning_settings(serve_argv: list[str]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if is_learning(k)}
 
 
+QUIET_S = 15.0  # with LOOP_FLAGS a daemon that has work starts it within 1.5 s; 10x that is "nothing to do"
+STILL_S = 4.0  # ... and idle that long, seen twice, is idle for good (a publish leaves it idle for one tick)
+
+
 def wait_for_round(d: Daemon, since: float, timeout: float) -> tuple[dict[str, Any], float]:
-    """Until the daemon has gone idle after `since`: judged everything, and trained and published
-    if enough turns were ready."""
+    """Until the daemon has gone idle after `since`: judged everything, trained and published if
+    enough turns were ready, sampled its GRPO groups. A daemon idle since before `since` that has
+    started nothing for QUIET_S had nothing to do: that returns too (else a wait after the last
+    round, with fewer than a round's turns ready, would last the whole timeout)."""
     deadline = since + timeout
     st: dict[str, Any] = {}
+    seen = None  # when the daemon went idle, as first seen; idle must last: a publish is idle for a tick
     while time.time() < deadline:
         st = d.status()
-        if st["doing"] == "idle" and time.time() - st["doing_since_s"] > since:
-            return st, time.time() - since
+        idle_from = time.time() - st["doing_since_s"]
+        if st["doing"] == "idle" and (idle_from > since or time.time() - since > QUIET_S):
+            if seen is not None and abs(seen - idle_from) < 1 and time.time() - idle_from >= STILL_S:
+                return st, time.time() - since
+            seen = idle_from
+        else:
+            seen = None
         time.sleep(2)
     raise TimeoutError(f"the daemon did not finish a round within {timeout:.0f}s; last status: {json.dumps(st)[:1500]}")
 
