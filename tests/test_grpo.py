@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_train_round import MODEL, add_turn, backend, base, home, logprob, rows, settings  # noqa: F401, F811 (fixtures)
+from test_train_round import MODEL, add_turn, backend, base, engine, home, logprob, rows, settings  # noqa: F401, F811 (fixtures)
 
 from clawd.config import Settings
 from clawd.judge.rollouts import Rollouts
@@ -166,7 +166,8 @@ def test_group_samples_carry_their_group_advantage_and_steps_keep_groups_whole(t
 
 # -- the real engine -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def engine():
+def llama():
+    """The serving engine (test_train_round's `engine` is the template and tokenization alone)."""
     from clawd.engine.engine import Engine
 
     e = Engine(MODEL, n_ctx=1024, threads=2)
@@ -174,18 +175,18 @@ def engine():
     e.close()
 
 
-def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, engine):
+def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama):
     from clawd.judge.judge import Judge
 
     store = Store(tmp_path / "clawd.db")
     s = Settings(home=tmp_path, grpo_k=3, grpo_max_tokens=24)
-    prompt = engine.tokenize(engine.template.render([{"role": "user", "content": "Name three fruits."}]))
+    prompt = llama.tokenize(llama.template.render([{"role": "user", "content": "Name three fruits."}]))
     t = Turn(session_id=store.open_session("s"), index=0, kind="main", completion_id="c1",
              request={"messages": [{"role": "user", "content": "Name three fruits."}], "temperature": 0.9,
                       "max_tokens": 12},
              prompt_ids=prompt)
     store.insert_turn(t)
-    t.completion_ids, t.text, t.status = engine.tokenize("1. Apple\n2. Pear")[1:], "1. Apple\n2. Pear", "ok"
+    t.completion_ids, t.text, t.status = llama.tokenize("1. Apple\n2. Pear")[1:], "1. Apple\n2. Pear", "ok"
     store.finish_turn(t)
     store.add_next_state(NextState(t.id, "user", "No lists, please.", [{"role": "user", "content": "No lists, please."}]))
     verdict(store, t, -1)
@@ -197,17 +198,17 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, engin
         {"id": "brevity-01", "scenario": "brevity", "evidence": ["Shorter, please."], "question": "What is rain?",
          "answers": [{"text": "Water falling from clouds.", "meets": True},
                      {"text": "Rain is water. " * 12, "meets": False}]})))
-    judge = Judge(engine, store, s)
+    judge = Judge(llama, store, s)
     scorer = Scorer(judge, tmp_path / "judge", 0.03, cases)
-    rollouts = Rollouts(engine, store, s, scorer)
+    rollouts = Rollouts(llama, store, s, scorer)
     assert rollouts.pending()
 
     g = rollouts._sample(t, None)
     assert g is not None and g.source == "sampled" and g.adapter_version is None and g.temperature == 0.9
     assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 12 for r in g.rollouts)  # the user's limit
     assert all(len(r.logprobs) == len(r.completion_ids) and max(r.logprobs) <= 0 for r in g.rollouts)
-    assert all(r.text == engine.detokenize(r.completion_ids) for r in g.rollouts)
-    assert engine.background_context(512).lora_version is None  # the judge's weights again
+    assert all(r.text == llama.detokenize(r.completion_ids) for r in g.rollouts)
+    assert llama.background_context(512).lora_version is None  # the judge's weights again
     rollouts._score(store.group(g.id), None)
     scored = store.group(g.id)
     assert scored.scorer in ("trusted", "untrusted", "undecided") and scored.evidence == ["No lists, please."]
@@ -217,11 +218,11 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, engin
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
 
 
-def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, backend, engine_ids):  # noqa: F811
+def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, backend, engine):  # noqa: F811
     store = Store(home / "clawd.db")
-    t = add_turn(store, engine_ids, "Name a fruit.", "Apple.")
+    t = add_turn(store, engine, "Name a fruit.", "Apple.")
     store.add_judgment(Judgment(turn_id=t.id, method="ask", score=0, judge_model="test"))  # no signal: not a turn sample
-    _, encode = engine_ids
+    _, encode = engine
     answers = ["A pear.", "Banana banana banana banana.", "A plum.", "Kiwi kiwi kiwi kiwi."]
 
     def answer_group(rewards: list[float], scorer: str) -> RolloutGroup:
@@ -246,19 +247,3 @@ def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, b
     assert json.loads((result.path / "meta.json").read_text())["settings"]["grpo_epochs"] == 2
     assert run_round(s, store=store, backend=backend) is None  # the group is used; the untrusted one never is
     store.close()
-
-
-@pytest.fixture(scope="module")
-def engine_ids():
-    """test_train_round's `engine`: the GGUF's template and llama.cpp's tokenization."""
-    from llama_cpp import Llama
-
-    from clawd.train.samples import gguf_template
-
-    llm = Llama(str(MODEL), vocab_only=True, verbose=False)
-
-    def encode(text: str, bos: bool = True) -> list[int]:
-        ids = llm.tokenize(text.encode(), add_bos=bos, special=bos)
-        return ids[1:] if len(ids) > 1 and ids[0] == ids[1] == llm.token_bos() else ids
-
-    return gguf_template(MODEL), encode
