@@ -94,6 +94,9 @@ def main() -> None:
         ROOT / "tests" / "data" / "scorer_heldout.jsonl":
             {n: cases(n, w, recorded[SCENARIOS[n].pool]) for n, w in HELDOUT.items()},
     }
+    # ends_with_question has one mixed case, whose only passing answer rewords the question back
+    # (the checker takes it for an answer): not a case to measure on
+    splits[ROOT / "tests" / "data" / "scorer_heldout.jsonl"].pop("ends_with_question")
     for path, by_scenario in splits.items():
         rows = [c for cs in by_scenario.values() for c in cs]
         write(path, rows)
