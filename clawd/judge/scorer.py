@@ -49,7 +49,10 @@ QUESTION_CHARS, ANSWER_CHARS = 600, 1600  # cut in the middle (an answer's end m
 # margin and GRPO would train on a few lucky ones.
 MIN_DECIDED = 0.5
 MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward gaps tried
-COMPONENTS = 32  # principal components of the hidden state the fit reads (chosen on the tuning split, bench/scorer.py)
+# Principal components of the hidden state the fit reads. Chosen on the tuning split alone, each
+# scenario scored by a fit on the others (bench/results/scorer-qwen2.5-coder-0.5b-instruct-q4_k_m.json,
+# Qwen2.5-Coder-0.5B): pairwise AUC 0.70 at 8, 0.72 at 16, 0.63 at 32, 0.64 at 64.
+COMPONENTS = 16
 VERSION = 2  # of this prompt, fit and measure; part of the cache key
 SYSTEM = "You check answers for one user, who has told the assistant before what they want."
 ScorerMode = Literal["trusted", "untrusted"]
