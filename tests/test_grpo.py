@@ -230,7 +230,7 @@ def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, b
                                                          for a, r in zip(answers, rewards)], scorer=scorer)
 
     store.add_group(answer_group([0.9, 0.1, 0.8, 0.2], "untrusted"))
-    s = settings(home, lr=5e-4, train_minibatch=4, grpo_epochs=2)
+    s = settings(home, lr=5e-4, train_minibatch=4, grpo_epochs=2, grpo_k=4)  # conftest turns GRPO off for daemons
     assert run_round(s, store=store, backend=backend) is None  # nothing a trusted scorer scored
 
     gid = store.add_group(answer_group([0.9, 0.1, 0.8, 0.2], "trusted"))

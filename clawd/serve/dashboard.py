@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from ..store.answers import Learning, RewardTrend, SessionExcluded, SessionPage, TurnPage
 from . import protocol
 
 log = logging.getLogger("clawd.serve")
@@ -107,7 +108,7 @@ def add_dashboard(app: FastAPI, daemon: Any) -> None:
             raise protocol.ApiError(404, f"No static file '{name}'.", code="not_found")
         return page(name, media_type=STATIC_TYPES[name])
 
-    @app.get("/v1/clawd/turns")
+    @app.get("/v1/clawd/turns", responses={200: {"model": TurnPage}})
     async def turns(request: Request):
         """Recent turns, newest first: ?before=ID (keyset), ?limit=N (≤ 100), ?session=ID."""
         limit = _int(request, "limit", 20, hi=MAX_LIMIT)
@@ -115,13 +116,13 @@ def add_dashboard(app: FastAPI, daemon: Any) -> None:
                                        _int(request, "session", None))
         return _page_of(rows, limit)
 
-    @app.get("/v1/clawd/sessions")
+    @app.get("/v1/clawd/sessions", responses={200: {"model": SessionPage}})
     async def sessions(request: Request):
         """Sessions, newest first, each with its turns' rewards: ?before=ID, ?limit=N."""
         limit = _int(request, "limit", 20, hi=MAX_LIMIT)
         return _page_of(await asyncio.to_thread(store.session_views, _int(request, "before", None), limit), limit)
 
-    @app.get("/v1/clawd/rewards")
+    @app.get("/v1/clawd/rewards", responses={200: {"model": RewardTrend}})
     async def rewards(request: Request):
         """The reward trend: every scored turn, oldest first, in ?buckets=N (≤ 200) runs of equal size."""
         buckets = _int(request, "buckets", 48, hi=200)
@@ -130,7 +131,7 @@ def add_dashboard(app: FastAPI, daemon: Any) -> None:
         mean = sum(b.mean * b.n for b in trend) / n if n else None
         return {"object": "reward_trend", "scored": n, "mean": mean, "buckets": [asdict(b) for b in trend]}
 
-    @app.post("/v1/clawd/sessions/{session_id}/{action}")
+    @app.post("/v1/clawd/sessions/{session_id}/{action}", responses={200: {"model": SessionExcluded}})
     async def session_action(session_id: str, action: str):
         """exclude: the session's turns are never trained on (nor replayed by the gate); include: undo."""
         if action not in ("exclude", "include"):
@@ -144,11 +145,11 @@ def add_dashboard(app: FastAPI, daemon: Any) -> None:
         log.info("session %s %s training", session_id, "excluded from" if excluded else "included again in")
         return {"ok": True, "session_id": int(session_id), "excluded": excluded}
 
-    @app.get("/v1/clawd/learning")
+    @app.get("/v1/clawd/learning", responses={200: {"model": Learning}})
     async def learning():
         return {"paused": await asyncio.to_thread(store.learning_paused)}
 
-    @app.post("/v1/clawd/learning/{action}")
+    @app.post("/v1/clawd/learning/{action}", responses={200: {"model": Learning}})
     async def learning_action(action: str, request: Request):
         """pause: no training round starts or finishes publishing (a round under way stops at its
         checkpoint); judging goes on. resume: back to normal. Kept in the database across restarts."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .records import AdapterStatus, TrainEvent
+from .records import AdapterStatus, RewardBucket, SessionView, TrainEvent, TurnView
 
 
 @dataclass
@@ -149,3 +149,48 @@ class FeedbackAnswer:
     score: int
     hint: bool  # the comment became the turn's OPD hint
     hint_refused: str | None = None  # why it did not (it quotes a tool's result); absent when it did or there was none
+
+
+# -- the dashboard's endpoints (clawd/serve/dashboard.py) -------------------------------------------
+@dataclass
+class TurnPage:
+    """GET /v1/clawd/turns: a keyset page, newest first; pass `next_before` as `before` for the next."""
+
+    object: str
+    data: list[TurnView]
+    next_before: int | None  # null at the end
+
+
+@dataclass
+class SessionPage:
+    """GET /v1/clawd/sessions: as TurnPage."""
+
+    object: str
+    data: list[SessionView]
+    next_before: int | None
+
+
+@dataclass
+class RewardTrend:
+    """GET /v1/clawd/rewards: every scored turn, oldest first, in runs of equal size."""
+
+    object: str
+    scored: int
+    mean: float | None
+    buckets: list[RewardBucket]
+
+
+@dataclass
+class SessionExcluded:
+    """POST /v1/clawd/sessions/{id}/exclude|include."""
+
+    ok: bool
+    session_id: int
+    excluded: bool
+
+
+@dataclass
+class Learning:
+    """GET /v1/clawd/learning and POST /v1/clawd/learning/pause|resume."""
+
+    paused: bool
