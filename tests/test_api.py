@@ -162,8 +162,8 @@ def test_openapi_describes_every_clawd_route_and_the_client_decodes_them(daemon:
             ("post", "/v1/clawd/train"), ("post", "/v1/clawd/judge")} <= set(ours)
     for key, op in ours.items():
         assert op["responses"]["200"]["content"]["application/json"]["schema"], key
-    assert spec["paths"]["/v1/clawd/status"]["get"]["responses"]["200"]["content"]["application/json"]["schema"] == \
-        {"$ref": "#/components/schemas/Status"}
+    assert spec["paths"]["/v1/clawd/status"]["get"]["responses"]["200"]["content"]["application/json"]["schema"][
+        "$ref"] == "#/components/schemas/Status"
     assert {"Status", "TrainingStatus", "AdaptersState", "AdapterRow", "Asked"} <= set(spec["components"]["schemas"])
     assert "requestBody" in spec["paths"]["/v1/feedback"]["post"]
 
