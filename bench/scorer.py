@@ -47,6 +47,7 @@ from clawd.judge.scorer import (  # noqa: E402
     load_cases,
     measure,
     pair_metrics,
+    per_case,
 )
 
 HELDOUT = ROOT / "tests" / "data" / "scorer_heldout.jsonl"
@@ -54,21 +55,14 @@ TRIED = (8, 16, 32, 64)  # principal components of the hidden state, compared on
 
 
 def features(scorer: Scorer, cases: list[dict]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(x (answers, 1 + n_embd), meets (answers,), scenario of each answer), in case order."""
-    xs, ok, groups = [], [], []
-    for case in cases:
-        t0 = time.perf_counter()
-        for a in case["answers"]:
-            xs.append(scorer.features(case["evidence"], case["question"], a["text"]))
-            ok.append(bool(a["meets"]))
-            groups.append(case["scenario"])
-        print(f"  {case['id']}: {time.perf_counter() - t0:.1f}s", flush=True)
-    return np.array(xs), np.array(ok), groups
+    """Scorer.case_features, with each case's time printed as it goes."""
+    t = [time.perf_counter()]
 
+    def done(_i: int, case: dict) -> None:
+        print(f"  {case['id']}: {time.perf_counter() - t[0]:.1f}s", flush=True)
+        t[0] = time.perf_counter()
 
-def per_case(cases: list[dict], r: np.ndarray, ok: np.ndarray) -> list[list[tuple[float, bool]]]:
-    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
-    return [list(zip(r[a:b].tolist(), ok[a:b].tolist())) for a, b in zip(starts[:-1], starts[1:])]
+    return scorer.case_features(cases, on_case=done)
 
 
 def baseline(cases: list[dict], key) -> float:

@@ -51,6 +51,16 @@ def layer_name(layer: int | None) -> str:
     return "result_norm" if layer is None else f"l_out-{layer}"
 
 
+def apply_lora(ctx, adapter) -> None:
+    """Set `adapter` (a llama_adapter_lora_p, at scale 1) as the only LoRA of the llama.cpp context
+    `ctx`, or none (None): llama_set_adapters_lora replaces the whole set."""
+    if adapter is not None:
+        llama_cpp.llama_set_adapters_lora(ctx, (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter), 1,
+                                          (ctypes.c_float * 1)(1.0))
+    else:
+        llama_cpp.llama_set_adapters_lora(ctx, None, 0, None)
+
+
 class Cancelled(Exception):
     """Background work was told to stop (the daemon is shutting down)."""
 
@@ -244,18 +254,13 @@ class BackgroundContext:
 
     # -- the weights it runs -------------------------------------------------------------------
     lora_version: int | None = None  # the adapter set on this context (None: the base weights)
-    _lora = None  # its llama_adapter_lora_p, owned by the engine
 
     def set_lora(self, adapter, version: int | None) -> None:
         """Run `adapter` (a llama_adapter_lora_p the engine loaded and owns; None: the base weights)
         from the next decode on. The caller holds the engine lock. The KV cache is dropped: its
         prefix was computed under the other weights."""
-        if adapter is not None:
-            llama_cpp.llama_set_adapters_lora(self._ctx.ctx, (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter), 1,
-                                              (ctypes.c_float * 1)(1.0))
-        else:
-            llama_cpp.llama_set_adapters_lora(self._ctx.ctx, None, 0, None)
-        self._lora, self.lora_version = adapter, version
+        apply_lora(self._ctx.ctx, adapter)
+        self.lora_version = version
         self._truncate(0)
 
     # -- what the judge uses ----------------------------------------------------------------------

@@ -13,7 +13,6 @@ computes (see prompt_cache.py).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import threading
@@ -28,7 +27,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import Llama
 
-from .background import BackgroundContext
+from .background import BackgroundContext, apply_lora
 from .chat_template import from_llama
 from .compute_lock import PriorityLock
 from .grammar import GrammarMask
@@ -309,7 +308,7 @@ class Engine:
             yield bg
         finally:
             with self.lock.background():
-                if bg.lora_version is not None or bg._lora is not None:
+                if bg.lora_version is not None:  # (None: it ran the base weights, as served)
                     bg.set_lora(None, None)
 
     def footprint(self, judge_ctx: int) -> dict[str, Any]:
@@ -352,11 +351,7 @@ class Engine:
                 if not new:
                     raise ValueError(f"llama.cpp could not load the adapter {path} (made for another base model?)")
             t1 = time.perf_counter()
-            if new is not None:
-                adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(new)
-                llama_cpp.llama_set_adapters_lora(self.llm.ctx, adapters, 1, (ctypes.c_float * 1)(1.0))
-            else:
-                llama_cpp.llama_set_adapters_lora(self.llm.ctx, None, 0, None)
+            apply_lora(self.llm.ctx, new)
             self.llm.reset()  # the next request re-evaluates its whole prompt under the new weights
             self._live = 0
             t2 = time.perf_counter()
@@ -389,7 +384,7 @@ class Engine:
         load = time.perf_counter() - t0
         with self.lock.user():
             if self._adapter is not None:
-                llama_cpp.llama_set_adapters_lora(old.ctx, None, 0, None)
+                apply_lora(old.ctx, None)
                 llama_cpp.llama_adapter_lora_free(self._adapter)
                 self._adapter = None
             self.adapter_version, self.adapter_path = None, None

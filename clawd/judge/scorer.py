@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -143,6 +144,12 @@ def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def per_case(cases: list[dict[str, Any]], rewards: np.ndarray, meets: np.ndarray) -> list[list[tuple[float, bool]]]:
+    """Rewards and labels of every answer, in case order, (answers,) each, regrouped case by case."""
+    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
+    return [list(zip(rewards[a:b].tolist(), meets[a:b].tolist())) for a, b in zip(starts[:-1], starts[1:])]
+
+
 def _render(engine: Any, evidence: list[str], question: str, answer: str) -> str:
     return engine.template.render([{"role": "system", "content": SYSTEM},
                                    {"role": "user", "content": prompt_text(evidence, question, answer)}])
@@ -154,6 +161,8 @@ class Scorer:
 
     def __init__(self, judge: Any, cache_dir: Path, max_wrong_sign: float, cases: Path = CASES):
         self.judge, self.cache_dir, self.max_wrong_sign, self.cases_path = judge, cache_dir, max_wrong_sign, cases
+        # the cases' digest, read once: the key is asked for at every status poll and idle tick
+        self._cases_sha = hashlib.sha256(cases.read_bytes()).hexdigest()
         self._trust: ScorerTrust | None = None
         self.progress: dict[str, Any] | None = None
 
@@ -168,6 +177,20 @@ class Scorer:
         hidden = self.judge.context.hidden(self.judge.engine.tokenize(text), (layer,), cancel)[layer]  # one token's work
         return [odds, *hidden.tolist()]
 
+    def case_features(self, cases: list[dict[str, Any]], cancel: threading.Event | None = None,
+                      on_case: Callable[[int, dict[str, Any]], None] | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Every labeled answer's features, in case order: x (answers, 1 + n_embd), meets (answers,)
+        and each answer's scenario; `on_case(i, case)` hears each case done."""
+        xs, meets, groups = [], [], []
+        for i, case in enumerate(cases):
+            for a in case["answers"]:
+                xs.append(self.features(case["evidence"], case["question"], a["text"], cancel))
+                meets.append(bool(a["meets"]))
+                groups.append(case["scenario"])
+            if on_case is not None:
+                on_case(i, case)
+        return np.array(xs), np.array(meets), groups
+
     def reward(self, evidence: list[str], question: str, answer: str, cancel: threading.Event | None = None) -> float:
         """P(this user accepts the answer), in (0, 1), from this model's fit."""
         t = self.trust(cancel)
@@ -177,7 +200,7 @@ class Scorer:
         model = self.judge.engine.model_path
         st = model.stat()
         blob = json.dumps([VERSION, model.name, st.st_size, st.st_mtime_ns, SYSTEM, prompt_text(["x"], "q", "a"),
-                           hashlib.sha256(self.cases_path.read_bytes()).hexdigest(), self.max_wrong_sign, COMPONENTS])
+                           self._cases_sha, self.max_wrong_sign, COMPONENTS])
         return "scorer-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def cached(self) -> ScorerTrust | None:
@@ -198,21 +221,16 @@ class Scorer:
         cases = load_cases(self.cases_path)
         log.info("fitting and measuring the GRPO scorer on %d labeled cases with %s: once per model file", len(cases),
                  self.judge.engine.model_path.name)
-        t0, xs, meets, groups, sizes = time.perf_counter(), [], [], [], []
-        for i, case in enumerate(cases):
-            for a in case["answers"]:
-                xs.append(self.features(case["evidence"], case["question"], a["text"], cancel))
-                meets.append(bool(a["meets"]))
-                groups.append(case["scenario"])
-            sizes.append(len(case["answers"]))
+        t0 = time.perf_counter()
+
+        def done(i: int, _case: dict[str, Any]) -> None:
             self.progress = {"measuring": i + 1, "of": len(cases)}
-        x, ok = np.array(xs), np.array(meets)
-        cv = cross_val_rewards(x, ok, groups)
-        starts = np.cumsum([0, *sizes])
-        rewards = [list(zip(cv[a:b].tolist(), ok[a:b].tolist())) for a, b in zip(starts[:-1], starts[1:])]
+
+        x, ok, groups = self.case_features(cases, cancel, done)
+        rewards = per_case(cases, cross_val_rewards(x, ok, groups), ok)
         lengths = [[len(a["text"]) for a in c["answers"]] for c in cases]
         t = measure(rewards, lengths, self.judge.engine.model_path.name, self.max_wrong_sign,
-                    (time.perf_counter() - t0) / max(len(xs), 1))
+                    (time.perf_counter() - t0) / max(len(ok), 1))
         t.fit = fit(x, np.where(ok, 1, -1), plain=1, components=COMPONENTS)
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.cache_dir / f".{self._key()}.tmp"

@@ -39,7 +39,6 @@ import hashlib
 import itertools
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -220,8 +219,7 @@ def decisive(engine: Engine, ids: list[int], accept: tuple[str, ...]) -> int | N
     for t in ids:
         starts.append(len(text))
         text += engine.piece(t).decode("utf-8", "replace")
-    low = text.lower()
-    hits = [m.start() for a in accept for m in re.finditer(rf"(?<!\w){re.escape(a.lower())}(?!\w)", low)]
+    hits = P.accepted_at(text, accept)
     if not hits:
         return None
     first = min(hits)

@@ -58,10 +58,15 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
 
 
-def contains(text: str, accepted: tuple[str, ...]) -> bool:
-    """Whole-word match, so that "2" is not found in "12" nor "cat" in "catch"."""
+def accepted_at(text: str, accepted: tuple[str, ...]) -> list[int]:
+    """Where in `text` an accepted answer begins, as a whole word, so that "2" is not found in "12"
+    nor "cat" in "catch" (case-blind: the accepted answers are written in lower case)."""
     low = text.lower()
-    return any(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", low) for a in accepted)
+    return [m.start() for a in accepted for m in re.finditer(rf"(?<!\w){re.escape(a)}(?!\w)", low)]
+
+
+def contains(text: str, accepted: tuple[str, ...]) -> bool:
+    return bool(accepted_at(text, accepted))
 
 
 def _letters(text: str) -> str:

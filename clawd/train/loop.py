@@ -209,7 +209,8 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     if any(t is None for t in turns):
         raise TrainError(f"turns {[i for i, t in zip(st.turn_ids, turns) if t is None]} are gone from the database")
     groups = groups_of(store, st)
-    _check_not_excluded(store, st)
+    group_turns = [t.id for _, t in groups if t.id is not None]
+    _check_not_excluded(store, st, group_turns)
     match = check_tokenizer((turns + [t for _, t in groups])[0], template, backend.encode, backend.decode)
     # the planned length (a staged round from before memory plans: the setting's)
     limit = st.limit or train_tokens(k.max_train_tokens, backend.device.type == "cuda")
@@ -294,7 +295,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
                  k.train_tis_cap)
     if micro:
         metrics["micro_step_s"] = {"mean": round(sum(micro) / len(micro), 3), "max": round(max(micro), 3)}
-    _check_not_excluded(store, st)  # a session excluded while this round ran: nothing of it is written
+    _check_not_excluded(store, st, group_turns)  # a session excluded while this round ran: nothing of it is written
     version, path, meta = _write_adapter(adapters, store, backend, st, metrics, model_path, sha)
     assert st.run_id is not None
     store.record_round(st.run_id, version, str(path), st.parent, meta, st.turn_ids, metrics, st.group_ids)
@@ -326,9 +327,9 @@ def _parent_optimizer(adapters: AdapterDir, parent: int, lr: float) -> dict[str,
     return state
 
 
-def _check_not_excluded(store: Store, st: RoundState) -> None:
-    groups = [g for g in (store.group(i) for i in st.group_ids) if g is not None]
-    excluded = store.excluded_turns(st.turn_ids + [g.turn_id for g in groups])
+def _check_not_excluded(store: Store, st: RoundState, group_turns: list[int]) -> None:
+    """`group_turns`: the turns whose prompts the round's groups answer."""
+    excluded = store.excluded_turns(st.turn_ids + group_turns)
     if excluded:
         raise TrainError(f"turns {excluded} of run {st.run_id} belong to a session excluded from training since the "
                          "round began; the round is discarded and the next one selects its turns again")
