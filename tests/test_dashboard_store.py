@@ -65,10 +65,16 @@ def test_a_round_whose_session_was_excluded_is_discarded(store):
 
     s = store.open_session("s")
     ids = [judged_turn(store, s, 1), judged_turn(store, s, -1, "x")]
-    _check_not_excluded(store, RoundState(ids, None, {}, run_id=1))  # nothing excluded: it goes on
+    other = store.open_session("other")
+    grouped = judged_turn(store, other, -1, "y")  # a turn only a group answers
+    _check_not_excluded(store, RoundState(ids, None, {}, run_id=1), [grouped])  # nothing excluded: it goes on
+    store.set_session_excluded(other, True)
+    with pytest.raises(TrainError, match="excluded from training"):  # a group's prompt alone is enough
+        _check_not_excluded(store, RoundState(ids, None, {}, run_id=1), [grouped])
+    store.set_session_excluded(other, False)
     store.set_session_excluded(s, True)
     with pytest.raises(TrainError, match="excluded from training"):
-        _check_not_excluded(store, RoundState(ids, None, {}, run_id=1))
+        _check_not_excluded(store, RoundState(ids, None, {}, run_id=1), [])
 
 
 def test_keyset_pages_cover_every_turn_once(store):
