@@ -363,13 +363,13 @@ def cmd_merge(ns: argparse.Namespace) -> None:
 
 
 def cmd_bench(ns: argparse.Namespace) -> None:
-    """Benchmarks live in the checkout's bench/, not in the package: run them from there."""
+    """Benchmarks live in the checkout's bench/, not in the package: run them from there, as modules."""
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "bench" / f"{ns.name}.py"
-    if not script.is_file():
-        sys.exit(f"{script} not found: the benchmarks run from a clawd checkout (pip install -e .)")
-    sys.exit(subprocess.call([sys.executable, str(script), *ns.args]))
+    root, parts = Path(__file__).resolve().parent.parent, ns.name.split(".") + ([] if "." in ns.name else ["run"])
+    if not root.joinpath("bench", *parts).with_suffix(".py").is_file():
+        sys.exit(f"no bench/{'/'.join(parts)}.py in {root}: the benchmarks run from a clawd checkout (pip install -e .)")
+    sys.exit(subprocess.call([sys.executable, "-m", ".".join(["bench", *parts]), *ns.args], cwd=root))
 
 
 def _offline_flag(p: argparse.ArgumentParser) -> None:
@@ -441,7 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "train_base", "log_level"))
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("bench", help="run a benchmark from the checkout's bench/ (`clawd bench personalize --help`)")
-    p.add_argument("name", choices=["personalize"])
+    p.add_argument("name", help="a subject, which runs its run.py (personalize, judge), or subject.script "
+                   "(tools.tasks, serving.serve): bench/SUBJECT/SCRIPT.py")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own flags")
     p.set_defaults(func=cmd_bench)
     return parser

@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     max_queue: int = Field(16, ge=0, description="Requests that may wait for the engine behind the one generating; more get 503.")
     max_tools: int = Field(128, ge=1, description="Most tools one request may offer; more get 400 (OpenAI's API "
                            "takes 128). The tool-call grammar grows with them: 128 of OpenClaw's tools make 0.24 MB "
-                           "of grammar, built in 0.03 s (bench/tool_limits.py).")
+                           "of grammar, built in 0.03 s (bench/tools/limits.py).")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest accepted request body; larger gets 413.")
     session_timeout: float = Field(3600.0, gt=0, description="Seconds after which an idle session is closed.")
     log_level: str = Field("INFO", description="Logging level. Message text is logged only at DEBUG.")
@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     gpu_busy_percent: float = Field(20.0, ge=0, le=100, description="On CUDA, background work waits while GPU utilization is above this.")
     auto_learn: bool = Field(True, description="Judge, train and publish by themselves when idle (off: only the one-shot commands).")
 
-    # Judge (design §6). 'ask' against 'score' measured by bench/judge.py (bench/results/judge-*.json).
+    # Judge (design §6). 'ask' against 'score' measured by bench/judge/run.py (bench/results/judge-*.json).
     judge_method: Literal["ask", "score"] = Field("ask", description="How the judge reads a turn: 'ask' (a "
                                                   "verdict word after worked examples, one forward pass) or 'score' (P of each "
                                                   "\\boxed{} verdict); either, with the model's hidden state there, is "
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         "combined", description="What a training round learns from: rl (the judge's or user's ±1), opd (the judge's "
         "hints, distilled from the base model reading them) or combined (both, weighted by w_rl and w_opd).")
     # A round every 8 turns at lr 1e-4, not OpenClaw-RL's 16 at 1e-5: one user gives a few dozen
-    # judged turns a day, not thousands. Measured with bench/personalize.py (Qwen2.5-Coder-0.5B,
+    # judged turns a day, not thousands. Measured with bench/personalize/run.py (Qwen2.5-Coder-0.5B,
     # brevity, combined): at 16 turns and 1e-5, one round came in 32 turns and held-out adherence
     # went 0.25 -> 0.12; at 8 and 1e-4, 2 seeds gained +0.12 and +0.38 within 24 turns at a cost of
     # 1 and 0 probes of 48 (bench/results/hidden-judge-lr1e-4-batch8/). The gate, anchored to the

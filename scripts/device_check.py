@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # the checkout: bench.* imports
 SWAPS, TURNS, PROMPT_WORDS = 20, 8, 700
 DEVICE = "cuda"  # where transformers runs; llama.cpp offloads every layer (gpu_layers=-1)
 MODEL_CONFIG = ROOT / "scripts/device-model.json"
@@ -120,8 +120,8 @@ def serve(path: Path) -> dict:
 
 def train(work: Path, engine) -> dict:
     import pynvml
-    from train import synthetic_turns
 
+    from bench.training.train import synthetic_turns
     from clawd.config import Settings, ensure_home
     from clawd.store.store import Store
     from clawd.train import Trainer

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool calls through the stock OpenClaw, measured on small tasks (bench/tool_task_set.py) for
+# Tool calls through the stock OpenClaw, measured on small tasks (bench/tools/task_set.py) for
 # several backends in one run (opt-in: slow, needs the npm registry, not part of CI).
 #
 #   scripts/openclaw-tools.sh                                  # all tasks, configurations clawd,nogrammar,llama
@@ -10,14 +10,14 @@
 #   clawd      `python -m clawd serve`, tool grammar on (the default); auto_learn off for both
 #   nogrammar  the same with CLAWD_TOOL_GRAMMAR=0 (calls parsed from free text)
 #   llama      `python -m llama_cpp.server --chat_format chatml-function-calling`, behind
-#              bench/tool_wire.py's proxy, which logs what it answered (it has no database) and
+#              bench/tools/wire.py's proxy, which logs what it answered (it has no database) and
 #              asks it for whole answers: it cannot stream a call under tool_choice auto (HTTP 500,
 #              "Automatic streaming tool choice is not supported"); CLAWD_TOOLS_LLAMA_STREAM=1
 #              passes OpenClaw's streamed requests through as they are. Its auto mode first picks
 #              "functions.NAME" or "message" under a grammar; the message branch is decoded under
 #              the follow-up grammar (a function name or the end), so a text answer comes out as
 #              `functions.exec:` (counted as a call as text), never as prose
-#   oracle     bench/tool_wire.py answering each task with its scripted calls: checks the tasks,
+#   oracle     bench/tools/wire.py answering each task with its scripted calls: checks the tasks,
 #              OpenClaw's tools and the workspace handling without a model (not in the default set)
 #
 # What it does: installs Node 24 and OpenClaw once (scripts/openclaw-lib.sh), writes one isolated
@@ -26,9 +26,9 @@
 # workspace as their working directory; read/write/edit limited to the workspace). OpenClaw runs
 # in a mount namespace where everything but that home is read-only, so nothing the model runs can
 # write outside the temporary directory. Then per configuration: start the backend, run
-# `bench/tool_tasks.py run` (a fresh workspace and a new OpenClaw session per task; outcome checks
+# `bench/tools/tasks.py run` (a fresh workspace and a new OpenClaw session per task; outcome checks
 # in Python; calls from clawd's `turns` or the wire log), stop the backend. Last,
-# `bench/tool_tasks.py summary` writes --out (bench/results/tool_tasks.json): per configuration the
+# `bench/tools/tasks.py summary` writes --out (bench/results/tool_tasks.json): per configuration the
 # share of tasks whose right tool ran with valid arguments and whose check passed, malformed calls,
 # seconds per task, and every task's details.
 #
@@ -93,7 +93,7 @@ for c in ${CONFIGS//,/ }; do
   case $c in clawd | nogrammar | llama | oracle) ;; *) oc_die "unknown configuration $c (clawd, nogrammar, llama, oracle)" ;; esac
 done
 
-NAMES=$(cd "$ROOT" && "$PY" bench/tool_tasks.py list ${TASKS:+--tasks "$TASKS"}) || oc_die "--tasks $TASKS: see above"
+NAMES=$(cd "$ROOT" && "$PY" -m bench.tools.tasks list ${TASKS:+--tasks "$TASKS"}) || oc_die "--tasks $TASKS: see above"
 oc_install
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/clawd-openclaw-tools.XXXXXX")
 PIDS=()
@@ -149,11 +149,11 @@ backend() {
   esac
   BASE=$base
 }
-wire() {  # MODE [ARGS]: bench/tool_wire.py on $PORT, logging to $WORK/$label.wire.jsonl
-  (cd "$ROOT" && exec "$PY" bench/tool_wire.py "$@" --port "$PORT" --log "$WORK/$label.wire.jsonl" \
+wire() {  # MODE [ARGS]: bench/tools/wire.py on $PORT, logging to $WORK/$label.wire.jsonl
+  (cd "$ROOT" && exec "$PY" -m bench.tools.wire "$@" --port "$PORT" --log "$WORK/$label.wire.jsonl" \
     >"$WORK/$label-wire.log" 2>&1) &
   PIDS+=($!)
-  server_wait "http://127.0.0.1:$PORT" "$!" "$WORK/$label-wire.log" tool_wire.py
+  server_wait "http://127.0.0.1:$PORT" "$!" "$WORK/$label-wire.log" bench.tools.wire
   RECORD=(--wire "$WORK/$label.wire.jsonl")
 }
 
@@ -166,7 +166,7 @@ for label in ${CONFIGS//,/ }; do
   timeout 300 "$WORK/openclaw" config validate >"$WORK/config-validate.txt" 2>&1 ||
     { cat "$WORK/config-validate.txt" >&2; oc_die "OpenClaw rejects the config"; }
   say "$label: model id '$MODEL_ID' at $BASE/v1"
-  (cd "$ROOT" && "$PY" bench/tool_tasks.py run --label "$label" --openclaw "$WORK/openclaw" --workspace "$WORKSPACE" \
+  (cd "$ROOT" && "$PY" -m bench.tools.tasks run --label "$label" --openclaw "$WORK/openclaw" --workspace "$WORKSPACE" \
     "${RECORD[@]}" ${TASKS:+--tasks "$TASKS"} --timeout "$TIMEOUT" --out "$WORK/$label.json")
   RESULTS+=("$WORK/$label.json")
   for p in "${PIDS[@]}"; do server_stop "$p"; done  # one backend at a time: they share the cores and the port
@@ -177,5 +177,5 @@ META=$("$PY" -c 'import json,os,sys; print(json.dumps({"openclaw": sys.argv[1], 
   "ctx": int(sys.argv[4]), "max_tokens": int(sys.argv[5]), "exec_mode": sys.argv[6], "jail": sys.argv[7] == "1",
   "cores": os.cpu_count(), "load_average_end": os.getloadavg()}))' \
   "$OPENCLAW_VERSION" "$("$NODE_BIN/node" --version)" "$MODEL" "$CTX" "$MAX_TOKENS" "$EXEC_MODE" "$JAIL")
-(cd "$ROOT" && "$PY" bench/tool_tasks.py summary "${RESULTS[@]}" --meta "$META" --out "$OUT")
+(cd "$ROOT" && "$PY" -m bench.tools.tasks summary "${RESULTS[@]}" --meta "$META" --out "$OUT")
 STATUS=0

@@ -5,18 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # some tests run the benches' code
 # The one `clawd serve` harness, which the benches import too. A test's daemon stays in pytest's
 # process group (new_session False, the default): a Ctrl-C stops it with the run.
-from harness import Daemon  # noqa: E402
+from harness import Daemon
 
-from clawd.config import bundled_model_path  # noqa: E402
+from clawd.config import bundled_model_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "openclaw"  # real OpenClaw requests (README there)
 

@@ -1,18 +1,13 @@
 """SIGKILL mid-stream, mid-judge and mid-training, then restart: every answer a client received
 in full is recorded, the database is intact, the trainer dies with the daemon, and a last daemon
-leaves nothing half-done (issue 8). `bench/chaos.py` runs the same with 50 kills."""
+leaves nothing half-done (issue 8). `bench/reliability/chaos.py` runs the same with 50 kills."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import seed_judge
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import chaos  # noqa: E402
-from conftest import seed_judge  # noqa: E402
+from bench.reliability import chaos
 
 
 @pytest.mark.timeout(1500)

@@ -3,13 +3,12 @@ headless Chromium driven by Selenium through chromedriver.
 
 The daemon's home holds two published adapters (random but real LoRAs, converted to GGUF), one
 that the real gate rejected (a NaN in its weights), a few dozen recorded turns from
-bench/dashboard_data.py, one hostile turn, and two turns the model answers during the test.
+bench/serving/dashboard_data.py, one hostile turn, and two turns the model answers during the test.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +17,7 @@ import pytest
 from conftest import Daemon
 from publish_util import make_adapter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from dashboard_data import seed  # noqa: E402
-
+from bench.serving.dashboard_data import seed
 from clawd.config import Settings, bundled_model_path  # noqa: E402
 from clawd.publish import Adapters  # noqa: E402
 from clawd.publish.convert import BaseInfo, convert_adapter  # noqa: E402

@@ -3,14 +3,9 @@ out of training, and the scheduler obeying the user's pause. Real Store on a tem
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from dashboard_data import seed  # noqa: E402
-
+from bench.serving.dashboard_data import seed
 from clawd.config import Settings  # noqa: E402
 from clawd.scheduler import Activity, Jobs, Scheduler  # noqa: E402
 from clawd.store.records import Feedback, Judgment, NextState, RoundState, TrainEvent, Turn  # noqa: E402

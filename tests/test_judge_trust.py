@@ -14,7 +14,7 @@ from conftest import Daemon, _judge_calibration, seed_judge
 
 from clawd.judge.calibration import Calibration
 
-# Measured by bench/judge.py on SmolLM2-135M (bench/results/judge-SmolLM2-135M-Instruct.Q4_1.json,
+# Measured by bench/judge/run.py on SmolLM2-135M (bench/results/judge-SmolLM2-135M-Instruct.Q4_1.json,
 # 456 cases): cross-validated accuracy 0.78 at the threshold that keeps wrong-sign within 3% with
 # the state at half depth, 0.61 with the final hidden state instead, 0.29 from the verdict words
 # alone. The floor leaves room for llama.cpp's kernels rounding differently on other CPUs, and

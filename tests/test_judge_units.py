@@ -160,7 +160,7 @@ def test_corpus_is_well_formed_and_the_splits_are_apart():
     """judge_heldout3.jsonl (40) and judge_quoted_tuning.jsonl (48): change requests that quote a
     friendly phrase, and quoted praise, each written by a helper who saw neither the other file nor
     the bench that found the weakness; the tuning cases join the shipped split once the calibration
-    is measured with them (bench/judge.py), the held-out ones are never tuned on."""
+    is measured with them (bench/judge/run.py), the held-out ones are never tuned on."""
     splits = {}
     for name in ("judge_cases.jsonl", "judge_heldout.jsonl", "judge_heldout2.jsonl", "judge_heldout3.jsonl",
                  "judge_quoted_tuning.jsonl"):

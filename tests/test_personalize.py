@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from personalize_measures import interval, measures, paired, share_of_oracle  # noqa: E402
-from personalize_oracle import oracle_keep  # noqa: E402
-from personalize_probes import PROBES  # noqa: E402
-from personalize_prompts import CODING, GENERAL, MEASURE, heldout  # noqa: E402
-from personalize_scenarios import (  # noqa: E402
+from bench.personalize.measures import interval, measures, paired, share_of_oracle
+from bench.personalize.oracle import oracle_keep
+from bench.personalize.probes import PROBES
+from bench.personalize.prompts import CODING, GENERAL, MEASURE, heldout
+from bench.personalize.scenarios import (
     CONTROL,
     GIVE_UP,
     NON_ANSWER_COMPLAINTS,
@@ -43,6 +39,8 @@ from personalize_scenarios import (  # noqa: E402
     right_answer,
     uses_metric_only,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 
@@ -238,8 +236,7 @@ def test_scenarios_are_sound():
 def test_the_bench_runs_on_the_daemons_defaults(tmp_path, monkeypatch):
     """Only when the scheduler looks differs from what a user gets: no learning rate, batch or
     training length of the bench's own."""
-    from personalize_eval import LOOP_FLAGS, is_learning, learning_settings
-
+    from bench.personalize.evaluate import LOOP_FLAGS, is_learning, learning_settings
     from clawd.config import Settings
 
     monkeypatch.delenv("CLAWD_GRPO_K")  # the tests' own (conftest.py); the bench starts its daemons without it
@@ -254,8 +251,8 @@ def test_the_bench_runs_on_the_daemons_defaults(tmp_path, monkeypatch):
 def test_rescore_finds_the_echoes_the_readme_once_counted_as_success():
     """bench/out/personalize-no_lists.json is the run whose "0.50 → 1.00" was 8 of 8 questions
     repeated back; re-graded, it says so."""
-    from personalize import rescore
-    from personalize_report import summary
+    from bench.personalize.report import summary
+    from bench.personalize.run import rescore
 
     result = rescore(json.loads((ROOT / "bench" / "out" / "personalize-no_lists.json").read_text()))
     s = summary(result, "no_lists", "combined/0")
@@ -344,7 +341,7 @@ def test_every_scenario_checks_content_on_every_heldout_prompt():
 
 def test_heldout_prompts_are_many_and_apart():
     for pool, conversation in (("general", GENERAL), ("measure", MEASURE), ("coding", CODING)):
-        items = json.loads((ROOT / "bench" / "data" / f"heldout-{pool}.json").read_text())
+        items = json.loads((ROOT / "bench" / "personalize" / "data" / f"heldout-{pool}.json").read_text())
         assert len(items) >= 32 and all(x.get("source") for x in items), pool
         assert not {x["q"] for x in items} & set(conversation), pool
 
@@ -387,7 +384,7 @@ def test_the_oracle_keeps_exactly_what_the_checker_passes():
 
 
 def test_reach_counts_greedy_and_sampled_answers_apart():
-    from personalize_reach import reach
+    from bench.personalize.reach import reach
 
     q, r = "How do I keep houseplants alive?", "How can I sleep better at night?"
     prose, listy = "Water them weekly and give them bright, indirect light.", "Tips:\n- water\n- light"
@@ -399,8 +396,8 @@ def test_reach_counts_greedy_and_sampled_answers_apart():
 
 
 def test_probe_margins_on_recorded_logprobs():
-    from personalize_eval import margin
-    from personalize_report import near_flips
+    from bench.personalize.evaluate import margin
+    from bench.personalize.report import near_flips
 
     def e(token, lp, *top):
         return {"token": token, "logprob": lp, "top": [[token, lp], *[list(t) for t in top]]}

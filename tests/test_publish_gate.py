@@ -46,7 +46,7 @@ def test_probe_set_is_shipped_answer_checked_and_disjoint_from_the_bench():
     assert len({p.id for p in probes}) == len(probes)
     assert all(p.accept or p.call for p in checked)
     # no question the benchmarks ask (their probes, prompts, held-out prompts), however they store it
-    bench = " | ".join(_norm(f.read_text()) for pattern in ("*.py", "data/*.json")
+    bench = " | ".join(_norm(f.read_text()) for pattern in ("*.py", "*/*.py", "*/data/*.json")
                        for f in (Path(__file__).parent.parent / "bench").glob(pattern))
     assert [p.id for p in probes if _norm(p.q) in bench] == []
     assert not {_norm(q) for q in [*TRAIN_QUESTIONS, *FLIP]} & {_norm(p.q) for p in probes}  # what they learn generalizes

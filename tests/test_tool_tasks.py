@@ -4,7 +4,6 @@ is judged; how a streamed answer is put back together (bench/tool_*.py)."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -12,13 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.tools.score import judge_call, record, score, steps_done
+from bench.tools.selftest import selftest
+from bench.tools.task_set import TASKS
+from bench.tools.wire import Log, assemble, handler, oracle_answer, sse
 
-from tool_score import judge_call, record, score, steps_done  # noqa: E402
-from tool_selftest import selftest  # noqa: E402
-from tool_task_set import TASKS  # noqa: E402
-from tool_wire import Log, assemble, handler, oracle_answer, sse  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.fast
 FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"

@@ -90,7 +90,7 @@ class BackgroundContext:
     user request runs, and the work resumes where it stopped. A prompt batch would make a user wait
     too long (256 tokens: ~1-2 s on 2 CPU cores), so llama.cpp's abort callback stops it as soon
     as a user waits: the user gets the engine within one graph node (measured: at most 20 ms on 2
-    busy cores, bench/judge.py), and the aborted batch is decoded again afterwards. (A GPU backend
+    busy cores, bench/judge/run.py), and the aborted batch is decoded again afterwards. (A GPU backend
     does not check the callback, but its batch takes milliseconds.) Small batches instead would be
     slow: on 2 busy cores, 800 prompt tokens took 98 s in batches of 32 and 24 s in batches of 512.
     """

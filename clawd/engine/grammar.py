@@ -8,7 +8,7 @@ says each fits (llama.cpp aborts the process when asked to accept a token its gr
 so nothing is accepted unchecked).
 
 Asking the grammar about every token of a 152k vocabulary takes 23 ms inside a JSON string
-(Qwen2.5, measured by bench/toolcall.py's model on 2 cores), as long as a whole decode step. So
+(Qwen2.5, measured by bench/tools/toolcall.py's model on 2 cores), as long as a whole decode step. So
 it is asked about the likeliest 256 tokens first, then 4096, and only then all of them: a tier
 answers when the tokens outside it could hold at most MASS_TOL of the allowed mass found in it.
 The normalizer, and so each logprob, is then exact to within MASS_TOL (1e-3 nats).

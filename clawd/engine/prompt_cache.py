@@ -7,7 +7,7 @@ among the live context and the entries, restoring an entry into the context when
 live one, and evaluates only the rest. OpenClaw sessions share their system prompt and tools
 (~12k tokens), so a new session's first turn evaluates only what differs.
 
-Which copy. Measured by `bench/cache.py` on the bundled SmolLM2-135M, a 4,096-token prefix, 2
+Which copy. Measured by `bench/serving/cache.py` on the bundled SmolLM2-135M, a 4,096-token prefix, 2
 busy cores (bench/results/cache.json): `Llama.save_state`/`load_state` keep 186 MiB, the KV and a
 copy of the n_batch × n_vocab scores (96 MiB here; 297 MiB with Qwen2.5's vocabulary), in
 292/144 ms (save/load). `llama_state_get_data` of the whole context is 90 MiB in 31/24 ms, and

@@ -7,11 +7,11 @@ Here a softmax regression, fitted on the shipped labeled cases (`clawd/judge/dat
 the tuning split of the corpus) with the served model's own features, maps it to P(-1), P(0),
 P(+1); the hidden state enters as its first COMPONENTS principal components on those cases. The
 verdict words read one direction of that state; the regression finds the others that tell a
-sarcastic thanks or a terse change request from approval (issue 12; bench/judge.py measures it).
+sarcastic thanks or a terse change request from approval (issue 12; bench/judge/run.py measures it).
 Five-fold cross-validation on the same cases says how good that is for this model: accuracy, the wrong-sign rate (a -1 case
 judged +1 or the reverse) and the share of ±1 cases decided, and picks the confidence below
 which a verdict is 0. The held-out splits (tests/data/judge_heldout*.jsonl) are never read here:
-only bench/judge.py reports on them.
+only bench/judge/run.py reports on them.
 
 The trust mode that follows:
 - `trusted`: cross-validated accuracy >= judge_min_accuracy; verdicts past the confidence that
@@ -125,7 +125,7 @@ def predict(model: dict[str, list], x: np.ndarray) -> np.ndarray:
 
 def folds(y: np.ndarray, k: int = FOLDS, shuffle: int | None = None) -> np.ndarray:
     """A stratified fold number for each case: within each label, round robin, in file order (the
-    daemon's, deterministic) or in an order shuffled with seed `shuffle` (bench/judge_layers.py)."""
+    daemon's, deterministic) or in an order shuffled with seed `shuffle` (bench/judge/layers.py)."""
     out = np.zeros(len(y), dtype=int)
     rng = None if shuffle is None else np.random.default_rng(shuffle)
     for label in CLASSES:

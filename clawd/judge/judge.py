@@ -9,7 +9,7 @@ softmax regression fitted per model file on the shipped labeled cases turns them
 P(0), P(+1) (`calibration.py`); the hidden state carries what the three words miss (a
 sarcastic thanks, a terse request). A verdict is given only past a confidence chosen by cross-validation
 on those cases; below it, 0. `score`, the older method (P of each `\\boxed{}` value after a forced
-prefix), is kept as the baseline `bench/judge.py` compares against, and is calibrated the same way.
+prefix), is kept as the baseline `bench/judge/run.py` compares against, and is calibrated the same way.
 
 Hints for OPD come from the evidence, not from the judge's pen (`hints.py`).
 

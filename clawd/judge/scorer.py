@@ -8,12 +8,12 @@ off, the judge's context) the most recent of them, a question and one answer, an
 P(yes) against P(no) where the verdict comes, and the model's hidden state there, halfway up its
 layers (as the judge does): one forward pass per answer, the prefix shared. A logistic regression
 fitted per model file on shipped labeled answers turns those into P(the user accepts it): the
-reward. (The yes/no odds alone are `reward_ask`, the baseline bench/scorer.py compares against.)
+reward. (The yes/no odds alone are `reward_ask`, the baseline bench/judge/scorer.py compares against.)
 
 The fit and how far to trust it are measured per model file on shipped labeled cases
 (`data/scorer_cases.jsonl`: real sampled answers, each labeled by whether it meets a stated
-preference; bench/scorer_cases.py builds them, split by scenario from the held-out
-tests/data/scorer_heldout.jsonl that only bench/scorer.py reads). Within each case every
+preference; bench/judge/scorer_cases.py builds them, split by scenario from the held-out
+tests/data/scorer_heldout.jsonl that only bench/judge/scorer.py reads). Within each case every
 (meets, misses) pair of answers is a ranking question, answered by a fit that left the case's
 whole scenario out (a preference it never saw, as the user's will be): the margin is the smallest reward gap at
 which the wrong-way pairs stay within `judge_max_wrong_sign`; `trusted` when at that margin at

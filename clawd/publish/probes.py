@@ -9,7 +9,7 @@ Each fact is asked twice in different words, so that one fact an adapter has com
 wrongly costs two probes whichever way it is asked. General probes are open questions with no
 answer to check: the gate measures KL to the base weights on them.
 
-None of these questions is one of bench/personalize_scenarios.py's: the benchmark measures what
+None of these questions is one of bench/personalize/scenarios.py's: the benchmark measures what
 training costs, and a gate tuned on its questions would hide exactly that.
 """
 

@@ -1,0 +1,125 @@
+"""GRPO scorer benchmark (issue 28): does "would this user accept this answer?" rank a model's own
+answers the way the user's preference does, better than trivial baselines, on cases it was not
+tuned on?
+
+    python -m bench.judge.scorer --model X.gguf            # tuning and held-out splits
+    python -m bench.judge.scorer --split tune              # while developing: never look at held-out
+
+The tuning split (clawd/judge/data/scorer_cases.jsonl) is what the daemon measures its trust on;
+the held-out split (tests/data/scorer_heldout.jsonl) has other scenarios and complaint wordings,
+written apart (bench/judge/scorer_cases.py), and is never used for a choice. Each case: the user's
+words, a question, and several of the model's own sampled answers labeled by the scenario's
+checker. Each answer's features are read once (the yes/no log-odds, the hidden state at half
+depth). Compared on the tuning split, each scenario's answers scored by a fit on the other
+scenarios: `ask` (the odds alone, no fit) and `probe-K` (the daemon's fit with K principal
+components; the daemon's K is scorer.COMPONENTS). On the held-out split: the daemon's fit on every
+tuning case, and `ask`. Reported per split and per scenario: the pairwise AUC, decided and
+wrong-sign shares at the margin the daemon would choose on the tuning split, the trust mode that
+follows, and the same AUC for two baselines that know nothing of the user: shorter first, and
+fewer lines first.
+Results go to bench/results/scorer-<model>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from clawd.config import Settings, bundled_model_path
+from clawd.engine.engine import Engine
+from clawd.judge.calibration import fit, predict
+from clawd.judge.judge import Judge
+from clawd.judge.scorer import (
+    CASES,
+    COMPONENTS,
+    Scorer,
+    cross_val_rewards,
+    load_cases,
+    measure,
+    pair_metrics,
+    per_case,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HELDOUT = ROOT / "tests" / "data" / "scorer_heldout.jsonl"
+TRIED = (8, 16, 32, 64)  # principal components of the hidden state, compared on the tuning split only
+
+
+def features(scorer: Scorer, cases: list[dict]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Scorer.case_features, with each case's time printed as it goes."""
+    t = [time.perf_counter()]
+
+    def done(_i: int, case: dict) -> None:
+        print(f"  {case['id']}: {time.perf_counter() - t[0]:.1f}s", flush=True)
+        t[0] = time.perf_counter()
+
+    return scorer.case_features(cases, on_case=done)
+
+
+def baseline(cases: list[dict], key) -> float:
+    return pair_metrics([[(-float(key(a["text"])), a["meets"]) for a in c["answers"]] for c in cases], 0.0)["auc"]
+
+
+def report(cases: list[dict], rewards: list[list[tuple[float, bool]]], margin: float) -> dict:
+    by = defaultdict(list)
+    for c, r in zip(cases, rewards):
+        by[c["scenario"]].append((c, r))
+
+    def one(cs, rs):
+        return {"cases": len(cs), **pair_metrics(rs, margin), "auc_any_margin": pair_metrics(rs, 0.0)["auc"],
+                "length_auc": baseline(cs, len), "lines_auc": baseline(cs, lambda t: t.count("\n"))}
+    return {"all": one(cases, rewards),
+            "by_scenario": {k: one([c for c, _ in v], [r for _, r in v]) for k, v in sorted(by.items())}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, default=None, help="GGUF (default: the bundled SmolLM2)")
+    p.add_argument("--split", choices=("tune", "all"), default="all")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    model = args.model or bundled_model_path()
+    engine = Engine(model, n_ctx=4096, threads=args.threads)
+    settings = Settings(home=Path(tempfile.mkdtemp(prefix="clawd-scorer-")))
+    scorer = Scorer(Judge(engine, None, settings), settings.home / "judge", settings.judge_max_wrong_sign)
+    out: dict = {"model": model.name, "components": COMPONENTS,
+                 "cases": {"tune": str(CASES.relative_to(ROOT)), "heldout": str(HELDOUT.relative_to(ROOT))}}
+    tune = load_cases(CASES)
+    print(f"tuning split: {len(tune)} cases", flush=True)
+    t0 = time.perf_counter()
+    x, ok, groups = features(scorer, tune)
+    out["seconds_per_answer"] = round((time.perf_counter() - t0) / len(ok), 2)
+    lengths = [[len(a["text"]) for a in c["answers"]] for c in tune]
+    ask = per_case(tune, 1 / (1 + np.exp(-x[:, 0])), ok)  # the yes/no odds alone
+    out["tune"] = {"ask": report(tune, ask, measure(ask, lengths, model.name, settings.judge_max_wrong_sign, 0).margin)}
+    for k in TRIED:  # each scenario's answers scored by a fit on the other scenarios
+        cv = per_case(tune, cross_val_rewards(x, ok, groups, k), ok)
+        trust = measure(cv, lengths, model.name, settings.judge_max_wrong_sign, 0)
+        out["tune"][f"probe-{k}"] = {"mode": trust.mode, "margin": trust.margin,
+                                     **report(tune, cv, trust.margin)}
+    chosen = measure(per_case(tune, cross_val_rewards(x, ok, groups), ok), lengths, model.name,
+                     settings.judge_max_wrong_sign, 0)
+    out["trust"] = {k: v for k, v in chosen.__dict__.items() if k != "fit"}
+    if args.split == "all":
+        held = load_cases(HELDOUT)
+        print(f"held-out split: {len(held)} cases", flush=True)
+        hx, hok, _ = features(scorer, held)
+        model_fit = fit(x, np.where(ok, 1, -1), plain=1, components=COMPONENTS)
+        probe = per_case(held, predict(model_fit, hx)[:, 2], hok)
+        ask_held = per_case(held, 1 / (1 + np.exp(-hx[:, 0])), hok)
+        out["heldout"] = {"probe": report(held, probe, chosen.margin), "ask": report(held, ask_held, chosen.margin)}
+    print(json.dumps({k: v for k, v in out.items() if k != "cases"}, indent=1))
+    dest = ROOT / "bench" / "results" / f"scorer-{model.stem}{'' if args.split == 'all' else '-tune'}.json"
+    dest.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written to {dest.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The oracle column of bench/personalize/run.py: what this compute reaches with a perfect scorer (issue 27).
+
+A fresh daemon (train_method rl, otherwise the run's own settings) answers each conversation prompt
+K times at the simulated user's temperature, every answer a session of its own that ends with it
+(so no judge ever sees it). The scenario's checker picks the answers that meet the preference
+(`oracle_keep`), and each of those gets explicit feedback +1 through POST /v1/feedback, the
+user's own channel. Then the daemon does what it always does: it trains a round for every
+train_batch ready turns (a last round takes the rest), gates each adapter and hot-swaps it in. The
+live weights are then scored like any other column.
+
+With only positive, on-policy samples, the first-use PPO ratio is 1 and the RL loss is the
+likelihood of the kept answers: supervised fine-tuning on the model's own best samples, through
+the daemon's backend, learning rate, batch, epochs and gate. The loop's gain is read as a share of
+this one. A result is cached by model file, scenario, seed, K and settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.personalize.evaluate import SAMPLING_TEMPERATURE, Daemon, greedy_answers, since, wait_for_round
+from bench.personalize.scenarios import SYSTEM, Scenario
+
+
+def oracle_keep(sc: Scenario, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Exactly the samples the scenario's checker passes (each {"prompt", "text", ...}), in order."""
+    return [s for s in samples if sc.check(s["prompt"], s["text"])]
+
+
+def sample(d: Daemon, sc: Scenario, seed: int, k: int, max_tokens: int) -> list[dict[str, Any]]:
+    """K answers to each conversation prompt at the served temperature, each its own closed session."""
+    prompts = list(sc.prompts)
+    random.Random(seed).shuffle(prompts)
+    out = []
+    for i, prompt in enumerate(prompts):
+        for j in range(k):
+            cid, text = d.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}], max_tokens,
+                               temperature=SAMPLING_TEMPERATURE, seed=seed * 100_000 + i * 10 + j,
+                               headers={"X-Session-Done": "1"})
+            out.append({"prompt": prompt, "id": cid, "text": text})
+    return out
+
+
+def train_on(d: Daemon, kept: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+    """+1 feedback on each kept answer, then every round the daemon trains on them, to the last one."""
+    for s in kept:
+        r = httpx.post(d.url + "/v1/feedback", json={"id": s["id"], "score": 1}, timeout=60)
+        r.raise_for_status()
+    rounds: list[dict[str, Any]] = []
+    while True:
+        t = time.time()
+        st, waited = wait_for_round(d, since=t, timeout=timeout)
+        train, publish = since(st["training"]["last"], t), since(st["training"]["last_publish"], t)
+        if train or publish:
+            rounds.append({"learn_s": round(waited, 1), "train": train, "publish": publish,
+                           "adapter": (st["adapter"] or {}).get("version")})
+            continue
+        ready = st["training"]["ready"]
+        if ready == 0:
+            return rounds
+        if ready >= st["training"]["batch"] or (rounds and rounds[-1].get("asked")):
+            raise RuntimeError(f"{ready} kept answers are ready but no round ran: {json.dumps(st)[:800]}")
+        httpx.post(d.url + "/v1/clawd/train", timeout=60).raise_for_status()  # the last, short round
+        rounds.append({"asked": True})
+
+
+def run_oracle(sc: Scenario, seed: int, args: argparse.Namespace, pools: list[tuple[str, list[str]]],
+               cache: Path) -> dict[str, Any]:
+    """The oracle's record: samples, what was kept, its rounds, and the trained weights' greedy answers."""
+    home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-oracle-{sc.name}-{seed}-"))
+    d = Daemon("rl", args, home).start()
+    try:
+        key = json.dumps([d.model_key(), sc.name, sc.prompts, seed, args.oracle_k, args.max_tokens, d.settings, pools])
+        path = cache / f"oracle-{sc.name}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
+        if path.is_file():
+            return json.loads(path.read_text()) | {"cached": path.name}
+        t0 = time.time()
+        samples = sample(d, sc, seed, args.oracle_k, args.max_tokens)
+        kept = oracle_keep(sc, samples)
+        print(f"  oracle: {len(kept)} of {len(samples)} samples meet the preference ({time.time() - t0:.0f}s)", flush=True)
+        rounds = train_on(d, kept, args.round_timeout)
+        live = (d.status()["adapter"] or {}).get("version")  # None: the gate passed none, the base is scored
+        ev = greedy_answers(d, pools, args.max_tokens)
+        kept_ids = {s["id"] for s in kept}
+        rec = {"k": args.oracle_k, "samples": len(samples), "kept": len(kept), "settings": d.settings,
+               "pass_rate": len(kept) / len(samples), "rounds": rounds, "adapter": live, "eval": ev,
+               "answers": [{"prompt": s["prompt"], "text": s["text"], "kept": s["id"] in kept_ids} for s in samples],
+               "seconds": round(time.time() - t0, 1)}
+        cache.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec, ensure_ascii=False))
+        return rec
+    finally:
+        d.stop()
+        shutil.rmtree(home, ignore_errors=True)

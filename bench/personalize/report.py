@@ -1,0 +1,196 @@
+"""What bench/personalize/run.py reports: a line per scoring point while it runs, the per-run summaries
+committed under bench/results/, the table at the end and the plot.
+
+Runs keep every answer ungraded; grades come from today's checkers whenever a report is made
+(personalize_eval.grade). A run's summary has one block per graded scenario (the control user's
+runs grade every scenario) with the four columns: base, told, oracle (the run's seed) and loop.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.personalize.evaluate import grade
+from bench.personalize.measures import interval, paired, share_of_oracle
+from bench.personalize.scenarios import CONTROL, SCENARIOS, THANKS, Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
+
+
+def point_text(point: dict[str, Any], base: dict[str, Any] | None) -> str:
+    """One graded scoring point in a line (`point["eval"]` graded; `base` graded or None)."""
+    ev = point["eval"]
+    delta = f" ({ev['probe_accuracy'] - base['probe_accuracy']:+.2f} vs base)" if base else ""
+    return (f"held-out adherence {ev['adherence']:.2f} of {len(ev['heldout'])} (degenerate {ev['degenerate']:.2f}, "
+            f"wrong {ev['wrong']:.2f}), probes {ev['probe_accuracy']:.2f}{delta}")
+
+
+def served_model(result: dict[str, Any], run: dict[str, Any]) -> str:
+    """The model file a run's daemon served (recorded from its status; older results have only
+    the --model flag, and without it the daemon served its default, not necessarily SmolLM2)."""
+    if run.get("model"):
+        return run["model"]
+    return Path(result["config"]["model"]).name if result["config"]["model"] else "the daemon's default"
+
+
+def _ci(x: tuple[float, float, float]) -> list[float]:
+    return [round(v, 3) for v in x]
+
+
+def column(sc: Scenario, ev: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """One column's figures for scenario `sc`, against the base on the same prompts: adherence and its
+    change with bootstrap 95% intervals [mean, low, high], the degenerate and wrong shares, the mean
+    continuous measures, probe accuracy and the probes lost (right on the base, wrong here) and gained."""
+    g, b = grade(sc, ev), grade(sc, base)
+    ok = [float(h["ok"]) for h in g["heldout"]]
+    base_ok = {h["prompt"]: float(h["ok"]) for h in b["heldout"]}
+    right = {p["question"]: p["ok"] for p in g["probes"]}
+    base_right = {p["question"]: p["ok"] for p in b["probes"]}
+    return {"adherence": _ci(interval(ok)),
+            "gain": _ci(paired(ok, [base_ok[h["prompt"]] for h in g["heldout"]])),
+            "degenerate": round(g["degenerate"], 3), "wrong": round(g["wrong"], 3),
+            "non_answers": g["non_answers"], "measures": {k: round(v, 3) for k, v in g["measures"].items()},
+            "probe_accuracy": round(g["probe_accuracy"], 3), "probe_degenerate": round(g["probe_degenerate"], 3),
+            "probes_lost": sorted(q for q, r in base_right.items() if r and not right.get(q, False)),
+            "probes_gained": sorted(q for q, r in right.items() if r and not base_right.get(q, False)),
+            **near_flips(g["probes"], b["probes"])}
+
+
+def near_flips(probes: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict[str, Any]:
+    """Probe margins against the base (personalize_eval.margin; runs from before margins have none):
+    the mean margin over the probes the base answers right, and the probes still right whose margin
+    fell to under half the base's: the near-ties that flip next (34 + 58 answered 82)."""
+    now = {p["question"]: p.get("margin") for p in probes}
+    was = {p["question"]: p.get("margin") for p in base if p["ok"] and p.get("margin") is not None}
+    if not was:
+        return {}
+    kept = [q for q in was if now.get(q) is not None]
+    return {"margin_mean": round(sum(now[q] for q in kept) / len(kept), 3) if kept else None,
+            "margin_mean_base": round(sum(was.values()) / len(was), 3),
+            "near_flips": sorted(q for q in kept if 0 <= now[q] < was[q] / 2)}
+
+
+def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
+    """One run's numbers without its answers: what bench/results/ keeps."""
+    sc, run = result["scenarios"][scenario], result["scenarios"][scenario]["runs"][key]
+    ref = sc.get("reference", {})
+    base = ref.get("base") or run["curve"][0]["eval"]
+    last = run["curve"][-1]
+    graded = [SCENARIOS.get(n) or CONTROL for n in sc.get("graded", [scenario])]
+    blocks = {}
+    for g in graded:
+        cols = {"base": column(g, base, base), "loop": column(g, last["eval"], base)}
+        if ref.get("told"):
+            cols["told"] = column(g, ref["told"], base)
+        oracle = ref.get(f"oracle/{run['seed']}")
+        if oracle:
+            cols["oracle"] = column(g, oracle["eval"], base) | {
+                "kept": oracle["kept"], "samples": oracle["samples"], "adapter": oracle["adapter"]}
+            cols["loop"]["share_of_oracle"] = share_of_oracle(cols["loop"]["gain"][0], cols["oracle"]["gain"][0])
+        blocks[g.name] = cols
+    turns = run["turns"]
+    return {
+        "scenario": scenario, "preference": sc["preference"], "method": run["method"], "seed": run["seed"],
+        "model": served_model(result, run), "settings": run.get("settings"), "loop_flags": result["loop_flags"],
+        "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
+        "heldout_prompts": sc["heldout"], "probes": sc["probes"], "feedback_turns": last["feedback_turns"],
+        "adapter": last["adapter"], "columns": blocks,
+        "curve": [_point(graded[0], p) for p in run["curve"]],
+        "conversation": {"answers": len(turns), "thanked": sum(t["reaction"] in THANKS for t in turns),
+                         "non_answers": sum(t["non_answer"] is not None for t in turns),
+                         # > 0 only in runs from before the simulated user checked for non-answers
+                         "non_answers_thanked": sum(t["non_answer"] is not None and t["reaction"] in THANKS for t in turns)},
+        "judge": run.get("judge"),
+        "rounds": [{"feedback_turns": r["feedback_turns"],
+                    "train": r["train"] and {k: r["train"].get(k) for k in ("samples", "steps", "mean_reward", "opd_samples")},
+                    "published": bool(r["publish"] and r["publish"].get("passed")),
+                    "rejected": r["publish"] and r["publish"].get("error")} for r in run["rounds"]],
+        "seconds": run["seconds"],
+        # a run recorded before today's checkers, its answers re-graded by --rescore
+        **({"rescored_from": result["rescored_from"]} if "rescored_from" in result else {}),
+    }
+
+
+def _point(sc: Scenario, point: dict[str, Any]) -> dict[str, Any]:
+    g = grade(sc, point["eval"])
+    return {"feedback_turns": point["feedback_turns"], "adapter": point["adapter"],
+            **{k: round(g[k], 3) for k in ("adherence", "degenerate", "wrong", "probe_accuracy")},
+            "non_answers": g["non_answers"]}
+
+
+def write_summaries(result: dict[str, Any], only: tuple[str, str] | None = None) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for scenario, sc in result["scenarios"].items():
+        for key in sc["runs"]:
+            if only in (None, (scenario, key)):
+                method, seed = key.split("/")
+                turns = result["config"].get("turns")
+                path = RESULTS / f"personalize-{scenario}-{method}-seed{seed}-{turns}turns.json"
+                path.write_text(json.dumps(summary(result, scenario, key), indent=1, ensure_ascii=False) + "\n")
+                print(f"wrote {path.relative_to(ROOT)}")
+
+
+def _fmt(ci: list[float]) -> str:
+    return f"{ci[0]:.2f} [{ci[1]:.2f}, {ci[2]:.2f}]"
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    print("\nheld-out adherence [bootstrap 95% interval], change vs base on the same prompts, probes lost")
+    for name, sc in result["scenarios"].items():
+        print(f"\n{name}: {sc['preference']} ({sc['heldout']} held-out prompts, {sc['probes']} probes)")
+        for key in sc["runs"]:
+            s = summary(result, name, key)
+            for g, cols in s["columns"].items():
+                parts = []
+                for col in ("base", "told", "oracle", "loop"):
+                    if col in cols:
+                        c = cols[col]
+                        lost = f", {len(c['probes_lost'])} probes lost" if col != "base" else ""
+                        gain = f" ({c['gain'][0]:+.2f} [{c['gain'][1]:+.2f}, {c['gain'][2]:+.2f}])" if col != "base" else ""
+                        parts.append(f"{col} {_fmt(c['adherence'])}{gain}{lost}, degenerate {c['degenerate']:.2f}")
+                share = cols["loop"].get("share_of_oracle")
+                tail = f"; loop/oracle {share:.2f}" if share is not None else ""
+                print(f"  {key} {g}: " + "; ".join(parts) + tail)
+            j = s["judge"]
+            if j:
+                print(f"  {key}: judge agrees with the user on {_pct(j['agreement'])} of {j['judged']} turns "
+                      f"({_pct(j['agreement_when_decided'])} when not 0); {s['seconds'] / 60:.0f} min")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Per scenario: each run's held-out adherence against feedback turns, and the reference columns
+    as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, sc in result["scenarios"].items() if sc["runs"]]
+    if not names:
+        return
+    fig, axes = plt.subplots(1, len(names), figsize=(max(6.0, 4.2 * len(names)), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        sc = result["scenarios"][name]
+        g = SCENARIOS.get(name) or CONTROL
+        for key, run in sc["runs"].items():
+            xs = [p["feedback_turns"] for p in run["curve"]]
+            ax.plot(xs, [grade(g, p["eval"])["adherence"] for p in run["curve"]], "o-", label=key)
+        for col, style in (("told", ":"), ("oracle/0", "--")):
+            if sc["reference"].get(col):
+                ev = sc["reference"][col]
+                ax.axhline(grade(g, ev.get("eval", ev))["adherence"], linestyle=style, color="gray", label=col)
+        ax.set_title(f"{name}: {sc['preference']}", fontsize=9)
+        ax.set_xlabel("feedback turns")
+        ax.set_ylim(-0.05, 1.05)
+    axes[0][0].set_ylabel("held-out adherence")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,168 @@
+"""Tool calls through a stock OpenClaw: the share of small tasks whose right tool ran with valid
+arguments and whose outcome checks out, per backend configuration.
+
+    python3 -m bench.tools.tasks selftest                   # no model, no OpenClaw: every task's setup and check
+    python3 -m bench.tools.tasks run --label clawd --openclaw WRAPPER --workspace DIR (--db clawd.db | --wire LOG) \
+        [--tasks 3 | --tasks exec_echo,read_port] [--timeout 1800] --out RESULT.json
+    python3 -m bench.tools.tasks summary RESULT.json... [--out bench/results/tool_tasks.json]
+    python3 -m bench.tools.tasks list [--tasks ...]         # the task names
+
+scripts/openclaw-tools.sh drives them all: it installs OpenClaw, starts each backend, writes the
+isolated config and the WRAPPER (OpenClaw in a jail where only its home and /tmp are writable),
+calls `run` once per configuration, then `summary`. The tasks are in tool_task_set.py.
+
+`run` empties the workspace before each task and fills it with the task's files (beside a
+placeholder, see fresh()). The workspace's path stays the same across tasks and sessions because
+OpenClaw puts it in the system prompt: one path keeps that long prompt in the backend's prefix
+cache. Each task is a new OpenClaw session (`--session-id tt-<label>-<task>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.tools.score import records_from_store, records_from_wire, score, summarize, tool_outputs
+from bench.tools.task_set import TASKS, Outcome, Task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+RESULTS = ROOT / "bench" / "results" / "tool_tasks.json"
+FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"
+
+
+def pick(spec: str | None) -> list[Task]:
+    """All tasks, the first N, or the ones named (comma-separated)."""
+    if not spec:
+        return list(TASKS)
+    if spec.isdigit():
+        return TASKS[: int(spec)]
+    by_name = {t.name: t for t in TASKS}
+    unknown = [n for n in spec.split(",") if n not in by_name]
+    if unknown:
+        sys.exit(f"unknown tasks {unknown}; known: {', '.join(by_name)}")
+    return [by_name[n] for n in spec.split(",")]
+
+
+def fresh(workspace: Path) -> None:
+    """Empty the workspace but for one placeholder file. Refuses any directory outside the
+    temporary directory: it deletes. OpenClaw refuses to run in an empty workspace it has seen
+    with files in it before ("workspace appears to have disappeared"): hence the placeholder."""
+    ws, tmp = workspace.resolve(), Path(tempfile.gettempdir()).resolve()
+    if not ws.is_relative_to(tmp) or ws == tmp:
+        sys.exit(f"refusing to empty {ws}: the workspace must be a directory under {tmp}")
+    ws.mkdir(parents=True, exist_ok=True)
+    for p in ws.iterdir():
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    (ws / ".keep").write_text("")
+
+
+def answer_of(stdout: str) -> tuple[str, dict]:
+    """OpenClaw's --json result: the answer's text and its meta (stop reason, provider, duration)."""
+    try:
+        out = json.loads(stdout)
+    except ValueError:
+        return "", {"error": "no JSON from openclaw", "stdout_tail": stdout[-1000:]}
+    meta = out.get("meta") or {}
+    trace = meta.get("executionTrace") or {}
+    text = "\n".join(p.get("text") or "" for p in out.get("payloads") or [])
+    return text, {"stop": meta.get("stopReason"), "provider": trace.get("winnerProvider"),
+                  "agent_s": (meta.get("durationMs") or 0) / 1000}
+
+
+def run_task(task: Task, a: argparse.Namespace, mark: int) -> tuple[dict, int]:
+    fresh(a.workspace)
+    task.setup(a.workspace)
+    cmd = [str(a.openclaw), "agent", "--local", "--agent", "main", "--session-id", f"tt-{a.label}-{task.name}",
+           "--message", task.message, "--json", "--timeout", str(a.timeout)]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout + 120)
+        rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, stdout, stderr = "timeout", (e.stdout or b"").decode(errors="replace"), (e.stderr or b"").decode(errors="replace")
+    seconds = time.perf_counter() - t0
+    records, mark = records_from_store(a.db, mark) if a.db else records_from_wire(a.wire, mark)
+    answer, meta = answer_of(stdout)
+    outcome = Outcome(a.workspace, answer, tool_outputs(records))
+    why = task.check(outcome)
+    s = score(task, records)
+    detail = {"task": task.name, "kind": task.kind, "message": task.message, "success": s["tools_ok"] and why is None,
+              "check": why, **s, "seconds": round(seconds, 1), "openclaw_rc": rc, **meta, "answer": answer[:1000],
+              "tool_outputs": [o[:500] for o in outcome.tool_outputs],
+              "files_after": sorted(str(p.relative_to(a.workspace)) for p in a.workspace.rglob("*") if p.is_file())[:50]}
+    if rc != 0:
+        detail["stderr_tail"] = stderr[-1500:]
+    return detail, mark
+
+
+def cmd_run(a: argparse.Namespace) -> None:
+    if bool(a.db) == bool(a.wire):
+        sys.exit("give one of --db (clawd's database) or --wire (tool_wire.py's log)")
+    tasks = pick(a.tasks)
+    mark = records_from_store(a.db, 0)[1] if a.db else records_from_wire(a.wire, 0)[1]
+    details = []
+    for i, task in enumerate(tasks, 1):
+        d, mark = run_task(task, a, mark)
+        details.append(d)
+        calls = " ".join(c["name"] + ("" if c["valid"] else "(bad)") + ("" if c["agent"] in ("main", None) else
+                                                                          f"@{c['agent']}") for c in d["calls"])
+        print(f"[{a.label}] {i}/{len(tasks)} {task.name}: {'PASS' if d['success'] else 'FAIL'} {d['seconds']:.0f} s; "
+              f"{calls or 'no calls'}; check: {d['check'] or 'ok'}", flush=True)
+        a.out.write_text(json.dumps({"label": a.label, "details": details}, indent=1))
+    print(f"[{a.label}] {json.dumps(summarize(details))}")
+
+
+def cmd_summary(a: argparse.Namespace) -> None:
+    details: dict[str, list[dict]] = {}
+    for path in a.results:  # results of one label from several runs add up (a run resumed with other --tasks)
+        r = json.loads(path.read_text())
+        details.setdefault(r["label"], []).extend(r["details"])
+    configs = {label: summarize(d) for label, d in details.items()}
+    meta = json.loads(a.meta) if a.meta else {}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"meta": meta, "configs": configs, "details": details}, indent=1))
+    for label, s in configs.items():
+        print(f"{label:>10}: success {s.get('success')} (tools {s.get('tools_ok')}, checks {s.get('check_ok')}) over "
+              f"{s['tasks']} tasks; malformed {s.get('malformed')}, calls as text {s.get('calls_as_text')}, "
+              f"{s.get('seconds_per_task')} s/task")
+    print(f"wrote {a.out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run the tasks through OpenClaw against one backend")
+    r.add_argument("--label", required=True)
+    r.add_argument("--openclaw", type=Path, required=True, help="the wrapper that runs the isolated OpenClaw")
+    r.add_argument("--workspace", type=Path, required=True, help="OpenClaw's workspace (under the temporary directory)")
+    r.add_argument("--db", type=Path, help="clawd's database (its CLAWD_HOME/clawd.db)")
+    r.add_argument("--wire", type=Path, help="the log of bench/tools/wire.py in front of the backend")
+    r.add_argument("--tasks", help="N (the first N) or names, comma-separated; default all")
+    r.add_argument("--timeout", type=int, default=1800, help="seconds for one task's agent run")
+    r.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("summary", help="merge run results into one JSON")
+    s.add_argument("results", type=Path, nargs="+")
+    s.add_argument("--meta", help="JSON object recorded as is (versions, model, machine)")
+    s.add_argument("--out", type=Path, default=RESULTS)
+    sub.add_parser("selftest", help="check every task's setup, check and oracle without a model")
+    ls = sub.add_parser("list", help="the names --tasks picks (exits 1 on an unknown name)")
+    ls.add_argument("--tasks")
+    a = ap.parse_args()
+    if a.cmd == "list":
+        print(" ".join(t.name for t in pick(a.tasks)))
+        return
+    if a.cmd == "selftest":
+        from bench.tools.selftest import selftest
+        sys.exit(selftest(TASKS, FIXTURE))
+    {"run": cmd_run, "summary": cmd_summary}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
