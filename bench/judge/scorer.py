@@ -16,7 +16,9 @@ components; the daemon's K is scorer.COMPONENTS). On the held-out split: the dae
 tuning case, and `ask`. Reported per split and per scenario: the pairwise AUC, decided and
 wrong-sign shares at the margin the daemon would choose on the tuning split, the trust mode that
 follows, and the same AUC for two baselines that know nothing of the user: shorter first, and
-fewer lines first.
+fewer lines first. Beside them, the contrast (Scorer.contrast: how much more likely the user's
+quoted words make the answer, summed and per token), raw and fitted alone or with the daemon's
+features; the variant with the best tuning AUC is named `chosen_on_tuning`.
 Results go to bench/results/scorer-<model>.json.
 """
 
@@ -63,6 +65,18 @@ def features(scorer: Scorer, cases: list[dict]) -> tuple[np.ndarray, np.ndarray,
     return scorer.case_features(cases, on_case=done)
 
 
+def contrasts(scorer: Scorer, cases: list[dict]) -> np.ndarray:
+    """(answers, 2): Scorer.contrast's log-ratio summed over the answer, and per token."""
+    rows, t = [], time.perf_counter()
+    for case in cases:
+        for a in case["answers"]:
+            total, n = scorer.contrast(case["evidence"], case["question"], a["text"])
+            rows.append((total, total / max(n, 1)))
+        print(f"  {case['id']} contrast: {time.perf_counter() - t:.1f}s", flush=True)
+        t = time.perf_counter()
+    return np.array(rows)
+
+
 def baseline(cases: list[dict], key) -> float:
     return pair_metrics([[(-float(key(a["text"])), a["meets"]) for a in c["answers"]] for c in cases], 0.0)["auc"]
 
@@ -104,6 +118,23 @@ def main() -> None:
         trust = measure(cv, lengths, model.name, settings.judge_max_wrong_sign, 0)
         out["tune"][f"probe-{k}"] = {"mode": trust.mode, "margin": trust.margin,
                                      **report(tune, cv, trust.margin)}
+    # The contrast: how much more likely the user's quoted words make each answer (no fit), then
+    # fits that read it, alone and beside the daemon's features. Which one the daemon should use is
+    # chosen here, on the tuning split's leave-one-scenario-out AUC only.
+    t1 = time.perf_counter()
+    c = contrasts(scorer, tune)
+    out["seconds_per_answer_contrast"] = round((time.perf_counter() - t1) / len(ok), 2)
+    variants = {"contrast-fit": (c, 2), "probe+contrast": (np.hstack([x[:, :1], c, x[:, 1:]]), 3)}
+    for name, col in (("contrast-sum", 0), ("contrast-mean", 1)):
+        raw = per_case(tune, 1 / (1 + np.exp(-c[:, col])), ok)
+        out["tune"][name] = report(tune, raw, 0.0)
+    for name, (xv, plain) in variants.items():
+        cv = per_case(tune, cross_val_rewards(xv, ok, groups, plain=plain), ok)
+        trust = measure(cv, lengths, model.name, settings.judge_max_wrong_sign, 0)
+        out["tune"][name] = {"mode": trust.mode, "margin": trust.margin, **report(tune, cv, trust.margin)}
+    best = max((k for k in out["tune"] if k in variants or k == f"probe-{COMPONENTS}"),
+               key=lambda k: out["tune"][k]["all"]["auc_any_margin"])
+    out["chosen_on_tuning"] = best
     chosen = measure(per_case(tune, cross_val_rewards(x, ok, groups), ok), lengths, model.name,
                      settings.judge_max_wrong_sign, 0)
     out["trust"] = {k: v for k, v in chosen.__dict__.items() if k != "fit"}
@@ -115,6 +146,15 @@ def main() -> None:
         probe = per_case(held, predict(model_fit, hx)[:, 2], hok)
         ask_held = per_case(held, 1 / (1 + np.exp(-hx[:, 0])), hok)
         out["heldout"] = {"probe": report(held, probe, chosen.margin), "ask": report(held, ask_held, chosen.margin)}
+        hc = contrasts(scorer, held)
+        held_x = {"contrast-fit": hc, "probe+contrast": np.hstack([hx[:, :1], hc, hx[:, 1:]])}
+        for name, (xv, plain) in variants.items():
+            tuned = measure(per_case(tune, cross_val_rewards(xv, ok, groups, plain=plain), ok), lengths, model.name,
+                            settings.judge_max_wrong_sign, 0)
+            f = fit(xv, np.where(ok, 1, -1), plain=plain, components=COMPONENTS)
+            out["heldout"][name] = report(held, per_case(held, predict(f, held_x[name])[:, 2], hok), tuned.margin)
+        for name, col in (("contrast-sum", 0), ("contrast-mean", 1)):
+            out["heldout"][name] = report(held, per_case(held, 1 / (1 + np.exp(-hc[:, col])), hok), 0.0)
     print(json.dumps({k: v for k, v in out.items() if k != "cases"}, indent=1))
     dest = ROOT / "bench" / "results" / f"scorer-{model.stem}{'' if args.split == 'all' else '-tune'}.json"
     dest.write_text(json.dumps(out, indent=1) + "\n")

@@ -128,15 +128,17 @@ def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], m
                        length_auc=round(pair_metrics(shorter, 0.0)["auc"], 3), seconds_per_answer=round(seconds_per_answer, 3))
 
 
-def cross_val_rewards(x: np.ndarray, meets: np.ndarray, groups: list[str], components: int = COMPONENTS) -> np.ndarray:
+def cross_val_rewards(x: np.ndarray, meets: np.ndarray, groups: list[str], components: int = COMPONENTS,
+                      plain: int = 1) -> np.ndarray:
     """Each answer's P(accepted) from a fit on the other groups' answers only (leave one scenario
-    out). x (n, 1 + n_embd): the yes/no log-odds, then the hidden state; meets (n,) bool."""
+    out). x (n, plain + n_embd): `plain` features (the yes/no log-odds), then the hidden state (or
+    nothing); meets (n,) bool."""
     y, out, names = np.where(meets, 1, -1), np.zeros(len(meets)), np.array(groups)
     if len(set(groups)) < 2:
         raise ValueError("the scorer's cases need at least two scenarios: each is measured by a fit on the others")
     for g in sorted(set(groups)):
         test = names == g
-        out[test] = predict(fit(x[~test], y[~test], plain=1, components=components), x[test])[:, 2]
+        out[test] = predict(fit(x[~test], y[~test], plain=plain, components=components), x[test])[:, 2]
     return out
 
 
@@ -176,6 +178,24 @@ class Scorer:
         layer = self.judge.layer
         hidden = self.judge.context.hidden(self.judge.engine.tokenize(text), (layer,), cancel)[layer]  # one token's work
         return [odds, *hidden.tolist()]
+
+    def contrast(self, evidence: list[str], question: str, answer: str,
+                 cancel: threading.Event | None = None) -> tuple[float, int]:
+        """(log P(answer | question told the user's words) − log P(answer | question alone), the
+        answer's tokens), base weights: how much more likely the user's own words make this answer.
+        Each term is a sum over the answer's tokens, (T,) per prompt, from one forward pass each."""
+        engine = self.judge.engine
+        tokens = engine.llm.tokenize(_cut(answer, ANSWER_CHARS).encode("utf-8"), add_bos=False, special=False)
+        if not tokens:
+            return 0.0, 0
+
+        def lp(q: str) -> float:
+            prompt = engine.tokenize(engine.template.render([{"role": "user", "content": _cut(q, 2 * QUESTION_CHARS)}]))
+            return self.judge.context.score(prompt, [tokens], cancel)[0]
+
+        said = "\n".join(f'- "{e}"' for e in evidence)
+        told = f"{question}\n\n(Earlier, I said about your answers:\n{said})"
+        return lp(told) - lp(question), len(tokens)
 
     def case_features(self, cases: list[dict[str, Any]], cancel: threading.Event | None = None,
                       on_case: Callable[[int, dict[str, Any]], None] | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
