@@ -17,7 +17,8 @@ tuning case, and `ask`. Reported per split and per scenario: the pairwise AUC, d
 wrong-sign shares at the margin the daemon would choose on the tuning split, the trust mode that
 follows, and the same AUC for two baselines that know nothing of the user: shorter first, and
 fewer lines first. Beside them, the contrast (Scorer.contrast: how much more likely the user's
-quoted words make the answer, summed and per token), raw and fitted alone or with the daemon's
+quoted words make the answer, against the question alone and against a remark that asks for
+nothing, summed and per token), raw and fitted alone or with the daemon's
 features; the variant with the best tuning AUC is named `chosen_on_tuning`.
 Results go to bench/results/scorer-<model>.json.
 """
@@ -66,12 +67,13 @@ def features(scorer: Scorer, cases: list[dict]) -> tuple[np.ndarray, np.ndarray,
 
 
 def contrasts(scorer: Scorer, cases: list[dict]) -> np.ndarray:
-    """(answers, 2): Scorer.contrast's log-ratio summed over the answer, and per token."""
+    """(answers, 4): Scorer.contrast's two log-ratios (against the question alone, against a neutral
+    remark), each summed over the answer and per token."""
     rows, t = [], time.perf_counter()
     for case in cases:
         for a in case["answers"]:
-            total, n = scorer.contrast(case["evidence"], case["question"], a["text"])
-            rows.append((total, total / max(n, 1)))
+            plain, neutral, n = scorer.contrast(case["evidence"], case["question"], a["text"])
+            rows.append((plain, plain / max(n, 1), neutral, neutral / max(n, 1)))
         print(f"  {case['id']} contrast: {time.perf_counter() - t:.1f}s", flush=True)
         t = time.perf_counter()
     return np.array(rows)
@@ -124,8 +126,9 @@ def main() -> None:
     t1 = time.perf_counter()
     c = contrasts(scorer, tune)
     out["seconds_per_answer_contrast"] = round((time.perf_counter() - t1) / len(ok), 2)
-    variants = {"contrast-fit": (c, 2), "probe+contrast": (np.hstack([x[:, :1], c, x[:, 1:]]), 3)}
-    for name, col in (("contrast-sum", 0), ("contrast-mean", 1)):
+    variants = {"contrast-fit": (c, 4), "probe+contrast": (np.hstack([x[:, :1], c, x[:, 1:]]), 5)}
+    raws = (("contrast-sum", 0), ("contrast-mean", 1), ("contrast-neutral-sum", 2), ("contrast-neutral-mean", 3))
+    for name, col in raws:
         raw = per_case(tune, 1 / (1 + np.exp(-c[:, col])), ok)
         out["tune"][name] = report(tune, raw, 0.0)
     for name, (xv, plain) in variants.items():
@@ -153,7 +156,7 @@ def main() -> None:
                             settings.judge_max_wrong_sign, 0)
             f = fit(xv, np.where(ok, 1, -1), plain=plain, components=COMPONENTS)
             out["heldout"][name] = report(held, per_case(held, predict(f, held_x[name])[:, 2], hok), tuned.margin)
-        for name, col in (("contrast-sum", 0), ("contrast-mean", 1)):
+        for name, col in raws:
             out["heldout"][name] = report(held, per_case(held, 1 / (1 + np.exp(-hc[:, col])), hok), 0.0)
     print(json.dumps({k: v for k, v in out.items() if k != "cases"}, indent=1))
     dest = ROOT / "bench" / "results" / f"scorer-{model.stem}{'' if args.split == 'all' else '-tune'}.json"

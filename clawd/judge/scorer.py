@@ -55,6 +55,7 @@ MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward g
 # Qwen2.5-Coder-0.5B): pairwise AUC 0.70 at 8, 0.72 at 16, 0.63 at 32, 0.64 at 64.
 COMPONENTS = 16
 VERSION = 2  # of this prompt, fit and measure; part of the cache key
+NEUTRAL = "Thanks, that was useful."  # Scorer.contrast's control remark: it asks for nothing
 SYSTEM = "You check answers for one user, who has told the assistant before what they want."
 ScorerMode = Literal["trusted", "untrusted"]
 
@@ -180,22 +181,26 @@ class Scorer:
         return [odds, *hidden.tolist()]
 
     def contrast(self, evidence: list[str], question: str, answer: str,
-                 cancel: threading.Event | None = None) -> tuple[float, int]:
-        """(log P(answer | question told the user's words) − log P(answer | question alone), the
-        answer's tokens), base weights: how much more likely the user's own words make this answer.
-        Each term is a sum over the answer's tokens, (T,) per prompt, from one forward pass each."""
+                 cancel: threading.Event | None = None) -> tuple[float, float, int]:
+        """How much more likely the user's quoted words make this answer, base weights: log P(answer |
+        question told them) minus log P(answer | the question alone), then minus log P(answer |
+        question told a remark that asks for nothing, NEUTRAL: what any remark does, e.g. favor
+        shorter answers), and the answer's tokens. Each log P is a sum over the answer's tokens,
+        (T,), one forward pass per prompt."""
         engine = self.judge.engine
         tokens = engine.llm.tokenize(_cut(answer, ANSWER_CHARS).encode("utf-8"), add_bos=False, special=False)
         if not tokens:
-            return 0.0, 0
+            return 0.0, 0.0, 0
 
-        def lp(q: str) -> float:
-            prompt = engine.tokenize(engine.template.render([{"role": "user", "content": _cut(q, 2 * QUESTION_CHARS)}]))
+        def lp(said: list[str] | None) -> float:
+            q = _cut(question, 2 * QUESTION_CHARS)
+            if said is not None:
+                q += "\n\n(Earlier, I said about your answers:\n" + "\n".join(f'- "{e}"' for e in said) + ")"
+            prompt = engine.tokenize(engine.template.render([{"role": "user", "content": q}]))
             return self.judge.context.score(prompt, [tokens], cancel)[0]
 
-        said = "\n".join(f'- "{e}"' for e in evidence)
-        told = f"{question}\n\n(Earlier, I said about your answers:\n{said})"
-        return lp(told) - lp(question), len(tokens)
+        told = lp(evidence)
+        return told - lp(None), told - lp([NEUTRAL]), len(tokens)
 
     def case_features(self, cases: list[dict[str, Any]], cancel: threading.Event | None = None,
                       on_case: Callable[[int, dict[str, Any]], None] | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
