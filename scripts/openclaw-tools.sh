@@ -34,7 +34,9 @@
 #
 # Knobs: CLAWD_TOOLS_PORT (19751; the llama server takes the next port), CLAWD_TOOLS_CTX (32768),
 # CLAWD_TOOLS_MODEL (default: the Qwen file), CLAWD_TOOLS_MAX_TOKENS (1024), CLAWD_TOOLS_TIMEOUT
-# (seconds per task, 1800: a cold first prompt on 2 busy cores takes many minutes),
+# (OpenClaw's per-request timeout, 1800: a cold first prompt on 2 busy cores takes minutes),
+# CLAWD_TOOLS_CAP_S (300) and CLAWD_TOOLS_MAX_CALLS (8): each task's caps, past which it fails with
+# the reason (bench/tools/tasks.py),
 # CLAWD_TOOLS_EXEC_MODE (full), CLAWD_TOOLS_JAIL (auto: the jail when unshare can make it, else
 # refuse; 0 runs without it), CLAWD_TOOLS_KEEP=1 (keep the work directory), OPENCLAW_VERSION,
 # PYTHON. On a shared machine run it under `nice -n 15`.
@@ -75,6 +77,8 @@ PORT=${CLAWD_TOOLS_PORT:-19751}
 CTX=${CLAWD_TOOLS_CTX:-32768}
 MAX_TOKENS=${CLAWD_TOOLS_MAX_TOKENS:-1024}
 TIMEOUT=${CLAWD_TOOLS_TIMEOUT:-1800}
+CAP_S=${CLAWD_TOOLS_CAP_S:-300}
+MAX_CALLS=${CLAWD_TOOLS_MAX_CALLS:-8}
 EXEC_MODE=${CLAWD_TOOLS_EXEC_MODE:-full}
 JAIL=${CLAWD_TOOLS_JAIL:-auto}
 TASKS=""
@@ -167,7 +171,7 @@ for label in ${CONFIGS//,/ }; do
     { cat "$WORK/config-validate.txt" >&2; oc_die "OpenClaw rejects the config"; }
   say "$label: model id '$MODEL_ID' at $BASE/v1"
   (cd "$ROOT" && "$PY" -m bench.tools.tasks run --label "$label" --openclaw "$WORK/openclaw" --workspace "$WORKSPACE" \
-    "${RECORD[@]}" ${TASKS:+--tasks "$TASKS"} --timeout "$TIMEOUT" --out "$WORK/$label.json")
+    "${RECORD[@]}" ${TASKS:+--tasks "$TASKS"} --cap-s "$CAP_S" --max-calls "$MAX_CALLS" --out "$WORK/$label.json")
   RESULTS+=("$WORK/$label.json")
   for p in "${PIDS[@]}"; do server_stop "$p"; done  # one backend at a time: they share the cores and the port
   PIDS=()

@@ -1,19 +1,22 @@
 """The OpenClaw tool-task bench without a model: every task's setup, check and oracle; how a call
-is judged; how a streamed answer is put back together (bench/tool_*.py)."""
+is judged; how a streamed answer is put back together (bench/tools/); each task's caps."""
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
-from bench.tools.score import judge_call, record, score, steps_done
+from bench.tools.score import judge_call, record, score, steps_done, summarize, wilson
 from bench.tools.selftest import selftest
 from bench.tools.task_set import TASKS
+from bench.tools.tasks import agent_run
 from bench.tools.wire import Log, assemble, handler, oracle_answer, sse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,3 +95,54 @@ def test_the_proxy_relays_and_logs_what_the_upstream_answered(tmp_path, unstream
     assert len(logged) == 1 and logged[0]["answer"]["tool_calls"] == [call] and logged[0]["status"] == 200
     upstream = json.loads((tmp_path / "oracle.jsonl").read_text().splitlines()[0])["request"]
     assert upstream.get("stream", False) is not unstream
+
+
+def _fake_agent(tmp_path, calls: int, then_sleep: float) -> tuple[list[str], Path]:
+    """A stand-in for the OpenClaw command (npm cannot install here): it records a model call a
+    line at a time in a log, as bench/tools/wire.py does, then sleeps, then prints its answer."""
+    log = tmp_path / "calls.log"
+    script = (f"import time, pathlib\np = pathlib.Path({str(log)!r})\n"
+              f"for i in range({calls}):\n    time.sleep(0.05)\n    p.open('a').write('call\\n')\n"
+              f"time.sleep({then_sleep})\nprint('{{\"payloads\": []}}')\n")
+    return [sys.executable, "-c", script], log
+
+
+def _lines(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_a_task_past_its_call_cap_is_killed_and_fails_with_the_reason(tmp_path):
+    cmd, log = _fake_agent(tmp_path, calls=40, then_sleep=0)
+    rc, _, _, why = agent_run(cmd, lambda: _lines(log), max_calls=8, cap_s=60, poll_s=0.05)
+    assert rc == "capped" and why is not None and why.startswith("call cap") and "more than 8" in why
+    seen = _lines(log)
+    assert 8 < seen < 40
+    time.sleep(0.5)
+    assert _lines(log) == seen  # the whole process group is gone: no call after the kill
+
+
+def test_a_task_past_its_time_cap_is_killed_and_fails_with_the_reason(tmp_path):
+    cmd, log = _fake_agent(tmp_path, calls=1, then_sleep=60)
+    t0 = time.monotonic()
+    rc, _, _, why = agent_run(cmd, lambda: _lines(log), max_calls=8, cap_s=1, poll_s=0.05)
+    assert rc == "capped" and why == "time cap: over 1 s"
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_task_within_its_caps_runs_to_its_end(tmp_path):
+    cmd, log = _fake_agent(tmp_path, calls=8, then_sleep=0)  # exactly the cap: allowed
+    rc, out, _, why = agent_run(cmd, lambda: _lines(log), max_calls=8, cap_s=60, poll_s=0.05)
+    assert (rc, why, json.loads(out)) == (0, None, {"payloads": []})
+
+
+def test_success_rates_carry_a_wilson_interval():
+    # by hand: p = 18/24 = 0.75, z = 1.96: centre (0.75 + 3.8416/48) / (1 + 3.8416/24) = 0.7155,
+    # half-width 1.96·sqrt(0.1875/24 + 3.8416/2304) / 1.16007 = 0.1645
+    assert wilson(18, 24) == [0.551, 0.88]
+    assert wilson(0, 24)[0] == 0.0 and 0.1 < wilson(0, 24)[1] < 0.15  # not zero-width at none
+    assert wilson(24, 24)[1] == 1.0 and wilson(0, 0) == [0.0, 1.0]
+    details = [{"success": i < 3, "capped": "call cap" if i == 3 else None, "seconds": 1.0, "kind": "exec",
+                "tools_ok": True, "check": None, "calls": [], "malformed": 0, "missing_required": 0,
+                "calls_as_text": 0} for i in range(4)]
+    s = summarize(details)
+    assert s["success"] == 0.75 and s["success_95"] == wilson(3, 4) and s["capped"] == 1

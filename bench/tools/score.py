@@ -9,6 +9,7 @@ request's messages, the answer's text and its tool calls (name, arguments as sen
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -117,6 +118,17 @@ def score(task: Task, records: list[dict]) -> dict:
             "errors": [r["status"] for r in records if r["status"] != "ok"]}
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    """The 95% Wilson score interval of a success rate k/n: unlike p ± z·se it stays inside [0, 1]
+    and is not zero-width at 0 or n successes, which 24 tasks often give."""
+    if n == 0:
+        return [0.0, 1.0]
+    p = k / n
+    center = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(max(0.0, center - half), 3), round(min(1.0, center + half), 3)]
+
+
 def summarize(details: list[dict]) -> dict:
     n = len(details)
     if not n:
@@ -127,6 +139,8 @@ def summarize(details: list[dict]) -> dict:
         by_kind.setdefault(d["kind"], []).append(d["success"])
     return {"tasks": n,
             "success": round(sum(d["success"] for d in details) / n, 3),
+            "success_95": wilson(sum(d["success"] for d in details), n),
+            "capped": sum(bool(d.get("capped")) for d in details),
             "tools_ok": round(sum(d["tools_ok"] for d in details) / n, 3),
             "check_ok": round(sum(d["check"] is None for d in details) / n, 3),
             "calls": sum(len(d["calls"]) for d in details),

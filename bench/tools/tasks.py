@@ -3,7 +3,7 @@ arguments and whose outcome checks out, per backend configuration.
 
     python3 -m bench.tools.tasks selftest                   # no model, no OpenClaw: every task's setup and check
     python3 -m bench.tools.tasks run --label clawd --openclaw WRAPPER --workspace DIR (--db clawd.db | --wire LOG) \
-        [--tasks 3 | --tasks exec_echo,read_port] [--timeout 1800] --out RESULT.json
+        [--tasks 3 | --tasks exec_echo,read_port] [--cap-s 300] [--max-calls 8] --out RESULT.json
     python3 -m bench.tools.tasks summary RESULT.json... [--out bench/results/tool_tasks.json]
     python3 -m bench.tools.tasks list [--tasks ...]         # the task names
 
@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.tools.score import records_from_store, records_from_wire, score, summarize, tool_outputs
@@ -35,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "bench" / "results" / "tool_tasks.json"
 FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"
+# Each task's caps (issue 29): past them it fails, with the reason. A task needs 1 to 3 calls; a
+# warm follow-up takes 3-6 s on 2 cores, a new session's first prompt about a minute.
+MAX_CALLS, CAP_S = 8, 300
 
 
 def pick(spec: str | None) -> list[Task]:
@@ -76,26 +82,50 @@ def answer_of(stdout: str) -> tuple[str, dict]:
                   "agent_s": (meta.get("durationMs") or 0) / 1000}
 
 
+def agent_run(cmd: list[str], calls_so_far: Callable[[], int], max_calls: int, cap_s: float,
+              poll_s: float = 1.0) -> tuple[int | str, str, str, str | None]:
+    """Run one task's OpenClaw command under the task's caps: (rc, stdout, stderr, why capped). Its
+    whole process group is killed once the backend has answered more than `max_calls` model calls
+    for it (`calls_so_far`, read from the backend's record every `poll_s`), or after `cap_s`
+    seconds; rc is then "capped"."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.monotonic()
+    while True:
+        try:
+            out, err = p.communicate(timeout=poll_s)  # a retry after TimeoutExpired loses no output
+            late = time.monotonic() - t0 > cap_s  # OpenClaw's own --timeout ended it
+            return p.returncode, out, err, (f"time cap: over {cap_s:.0f} s" if late else None)
+        except subprocess.TimeoutExpired:
+            pass
+        n = calls_so_far()
+        why = (f"call cap: {n} model calls, more than {max_calls}" if n > max_calls else
+               f"time cap: over {cap_s:.0f} s" if time.monotonic() - t0 > cap_s else None)
+        if why:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            return "capped", out, err, why
+
+
 def run_task(task: Task, a: argparse.Namespace, mark: int) -> tuple[dict, int]:
     fresh(a.workspace)
     task.setup(a.workspace)
     cmd = [str(a.openclaw), "agent", "--local", "--agent", "main", "--session-id", f"tt-{a.label}-{task.name}",
-           "--message", task.message, "--json", "--timeout", str(a.timeout)]
+           "--message", task.message, "--json", "--timeout", str(a.cap_s)]
+
+    def read(after: int) -> tuple[list[dict], int]:
+        return records_from_store(a.db, after) if a.db else records_from_wire(a.wire, after)
+
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout + 120)
-        rc, stdout, stderr = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, stdout, stderr = "timeout", (e.stdout or b"").decode(errors="replace"), (e.stderr or b"").decode(errors="replace")
+    rc, stdout, stderr, capped = agent_run(cmd, lambda: len(read(mark)[0]), a.max_calls, a.cap_s)
     seconds = time.perf_counter() - t0
-    records, mark = records_from_store(a.db, mark) if a.db else records_from_wire(a.wire, mark)
+    records, mark = read(mark)
     answer, meta = answer_of(stdout)
     outcome = Outcome(a.workspace, answer, tool_outputs(records))
-    why = task.check(outcome)
+    why = capped or task.check(outcome)
     s = score(task, records)
     detail = {"task": task.name, "kind": task.kind, "message": task.message, "success": s["tools_ok"] and why is None,
-              "check": why, **s, "seconds": round(seconds, 1), "openclaw_rc": rc, **meta, "answer": answer[:1000],
-              "tool_outputs": [o[:500] for o in outcome.tool_outputs],
+              "check": why, "capped": capped, **s, "seconds": round(seconds, 1), "openclaw_rc": rc, **meta,
+              "answer": answer[:1000], "tool_outputs": [o[:500] for o in outcome.tool_outputs],
               "files_after": sorted(str(p.relative_to(a.workspace)) for p in a.workspace.rglob("*") if p.is_file())[:50]}
     if rc != 0:
         detail["stderr_tail"] = stderr[-1500:]
@@ -129,8 +159,8 @@ def cmd_summary(a: argparse.Namespace) -> None:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"meta": meta, "configs": configs, "details": details}, indent=1))
     for label, s in configs.items():
-        print(f"{label:>10}: success {s.get('success')} (tools {s.get('tools_ok')}, checks {s.get('check_ok')}) over "
-              f"{s['tasks']} tasks; malformed {s.get('malformed')}, calls as text {s.get('calls_as_text')}, "
+        print(f"{label:>10}: success {s.get('success')} {s.get('success_95')} (tools {s.get('tools_ok')}, checks {s.get('check_ok')}) over "
+              f"{s['tasks']} tasks, {s.get('capped')} capped; malformed {s.get('malformed')}, calls as text {s.get('calls_as_text')}, "
               f"{s.get('seconds_per_task')} s/task")
     print(f"wrote {a.out}")
 
@@ -145,7 +175,8 @@ def main() -> None:
     r.add_argument("--db", type=Path, help="clawd's database (its CLAWD_HOME/clawd.db)")
     r.add_argument("--wire", type=Path, help="the log of bench/tools/wire.py in front of the backend")
     r.add_argument("--tasks", help="N (the first N) or names, comma-separated; default all")
-    r.add_argument("--timeout", type=int, default=1800, help="seconds for one task's agent run")
+    r.add_argument("--cap-s", type=int, default=CAP_S, help="seconds a task may take before it fails (time cap)")
+    r.add_argument("--max-calls", type=int, default=MAX_CALLS, help="model calls a task may make before it fails")
     r.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("summary", help="merge run results into one JSON")
     s.add_argument("results", type=Path, nargs="+")
