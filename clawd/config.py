@@ -165,6 +165,10 @@ class Settings(BaseSettings):
         "auto = unsloth on CUDA when installed, else qlora on CUDA, full on a CPU.")
     w_rl: float = Field(1.0, ge=0, description="Weight of the reward term (w_rl·r) in the combined advantage.")
     w_opd: float = Field(1.0, ge=0, description="Weight of the distillation term (w_opd·(log π_teacher − log π_old)) in the combined advantage.")
+    opd_topk: int = Field(0, ge=0, le=64, description="OPD over the teacher's K likeliest tokens at each position: the "
+                          "student is pulled toward that distribution (a KL over them, weighted by w_opd). 0: the "
+                          "teacher rates only the sampled token (w_opd·(log π_teacher − log π_old) in the advantage). "
+                          "Unmeasured on the learning bench yet, so off by default.")
     train_tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: each token's loss is weighted by "
                                  "min(π_old/π_served, this), correcting turns served by an older adapter or before a merge "
                                  "(2.0, as OpenClaw-RL's slime).")

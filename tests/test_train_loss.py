@@ -1,5 +1,5 @@
 """The policy loss on hand-built tensors: signs, clipping, advantages, masks, importance weights,
-the KL-to-base term; and the tempered token logprobs it is fed, against a hand computation."""
+the KL-to-base term, OPD over the teacher's top-K; and the tempered token logprobs it is fed, against a hand computation."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from clawd.train.backend import Backend, train_tokens
-from clawd.train.loss import K3_MAX, group_advantages, grpo_loss, kl_k3, policy_loss, tis_weight
+from clawd.train.loss import K3_MAX, group_advantages, grpo_loss, kl_k3, policy_loss, tis_weight, topk_kl
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 
@@ -218,3 +218,52 @@ def test_grpo_kl_term():
     loss = grpo_loss(old, old, torch.tensor([0.0]), torch.ones(1, 2), base, kl_coef=0.5)
     k3 = math.exp(math.log(0.5)) - math.log(0.5) - 1  # δ = log 0.25 − log 0.5 on token 0, 0 on token 1
     assert loss.item() == pytest.approx(0.5 * k3 / 2)
+
+
+def test_topk_kl_by_hand():
+    # the teacher's two likeliest tokens at 0.3 and 0.1: renormalized q = (0.75, 0.25)
+    teacher = torch.log(torch.tensor([[[0.3, 0.1]]]))  # (B=1, T=1, K=2)
+    student = torch.log(torch.tensor([[[0.5, 0.25]]])).requires_grad_(True)
+    kl = topk_kl(student, teacher)
+    assert kl.shape == (1, 1)
+    # 0.75·log(0.75/0.5) + 0.25·log(0.25/0.25)
+    assert kl.item() == pytest.approx(0.75 * math.log(1.5), abs=1e-6)
+    kl.sum().backward()
+    assert student.grad[0, 0].tolist() == pytest.approx([-0.75, -0.25])  # each of the K pushed up by its q
+    q = torch.tensor([[[0.75, 0.25]]])
+    assert topk_kl(q.log(), teacher).item() == pytest.approx(0.0, abs=1e-6)  # the student is q: nothing to learn
+    assert topk_kl((0.5 * q).log(), teacher).item() == pytest.approx(math.log(2), abs=1e-6)  # mass outside the K costs
+
+
+def test_topk_opd_replaces_the_sampled_tokens_advantage():
+    old = torch.log(torch.tensor([[0.25, 0.5]]))  # (B=1, T=2)
+    teacher = torch.log(torch.tensor([[0.5, 0.25]]))  # would give advantages (+log 2, -log 2)
+    at = torch.log(torch.tensor([[[0.5, 0.25], [0.5, 0.25]]]))  # (1, 2, K=2), the student at the teacher's top-2
+    top = torch.log(torch.tensor([[[0.3, 0.1], [0.1, 0.3]]]))
+    for w_rl, reward in ((0.0, 0.0), (1.0, 1.0)):
+        at_ = at.clone().requires_grad_(True)
+        logp = old.clone().requires_grad_(True)
+        loss = policy_loss(logp, old, teacher, torch.tensor([reward]), torch.ones(1, 2), w_rl=w_rl, w_opd=2.0,
+                           topk=(at_, top))
+        loss.backward()
+        kl = topk_kl(at, top)  # (1, 2): 0.75·log 1.5 and 0.25·log(0.25/0.5) + 0.75·log(0.75/0.25)
+        assert kl[0].tolist() == pytest.approx([0.75 * math.log(1.5), 0.25 * math.log(0.5) + 0.75 * math.log(3)])
+        # the surrogate holds the reward alone (the teacher's rating of the sampled token is not in it),
+        # and the KL is added with weight w_opd, token-mean per sample
+        assert loss.item() == pytest.approx(-w_rl * reward + 2.0 * kl.mean().item(), abs=1e-6)
+        assert logp.grad[0].tolist() == pytest.approx([-w_rl * reward / 2] * 2)
+        assert at_.grad[0, 0].tolist() == pytest.approx([-2.0 * 0.75 / 2, -2.0 * 0.25 / 2])
+
+
+def test_teacher_topk_and_the_students_logprobs_at_it():
+    z = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 0.5, -1.0], [9.0, 9.0, 9.0, 9.0]])  # (T=3, V=4)
+    b = object.__new__(Backend)
+    b.model, b.device, b.name = _Fixed(z), torch.device("cpu"), "fixed"
+    ids = [2, 0, 2]  # prompt [2]; completion tokens 0 (given row 0) and 2 (given row 1)
+    lp, top_ids, top_lp = b.teacher_topk(ids, 1, 2, temperature=0.8)
+    full = torch.log_softmax(z[:2] / 0.8, -1)  # (C=2, V)
+    assert top_ids.tolist() == [[0, 1], [1, 2]]  # row 0: logits 3, 2; row 1: logits 1, 0.5
+    assert top_lp.flatten().tolist() == pytest.approx(full[[0, 0, 1, 1], [0, 1, 1, 2]].tolist())
+    assert lp.tolist() == pytest.approx(b.logprobs(ids, 1, temperature=0.8).tolist())
+    own, at = b.logprobs_and_at(ids, 1, 0.8, top_ids)
+    assert own.tolist() == pytest.approx(lp.tolist()) and at.flatten().tolist() == pytest.approx(top_lp.flatten().tolist())

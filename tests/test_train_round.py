@@ -106,6 +106,21 @@ def rows(home: Path, sql: str) -> list[sqlite3.Row]:
         con.close()
 
 
+def test_opd_over_the_teachers_top_k_moves_toward_what_the_hint_says(home, backend, engine):
+    """OPD with opd_topk: the student is pulled toward the hinted teacher's K likeliest tokens at
+    each position. The hint holds the answer, so the teacher's top tokens are the completion's."""
+    store = Store(home / "clawd.db")
+    prefer = add_turn(store, engine, "Tell me the password.", "The password is Tulip-482.")
+    judge(store, prefer, 0, hint="The password is Tulip-482.")
+    before = logprob(backend, prefer, None)
+    result = run_round(settings(home, lr=5e-4, train_method="opd", opd_topk=8, train_minibatch=1, train_epochs=3),
+                       store=store, backend=backend)
+    meta = json.loads((result.path / "meta.json").read_text())
+    assert meta["metrics"]["opd_topk_samples"] == 1 and meta["settings"]["opd_topk"] == 8
+    assert meta["metrics"]["losses"][0] > meta["metrics"]["losses"][-1] > 0  # a KL: it falls, never below 0
+    assert logprob(backend, prefer, result.path) > before + 0.05
+
+
 def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
     store = Store(home / "clawd.db")
     good = add_turn(store, engine, "What is the capital of France?", "The capital of France is Paris.")

@@ -317,6 +317,7 @@ class RoundState:
     base: list[Any] | None = None
     tis: list[Any] | None = None
     drift: list[Any] | None = None
+    teacher_topk: list[Any] | None = None  # per sample None, or the OPD teacher's top-K (ids, logprobs), each (C, K)
     plan: list[list[int]] | None = None  # minibatches of sample indices, every epoch
     lora: dict[str, Any] | None = None  # the LoRA weights and the optimizer's state after `step` steps
     optim: dict[str, Any] | None = None

@@ -1,8 +1,13 @@
-"""Training: judged turns → a LoRA adapter, by Binary RL, On-Policy Distillation or both (design §7).
+"""Training: judged turns and GRPO groups → a LoRA adapter, by Binary RL, On-Policy Distillation
+or both, and GRPO (design §7).
 
   samples.py  rows → samples (recorded token ids, reward, hinted teacher prompt)
-  loss.py     the PPO clipped surrogate with the combined advantage
+  batches.py  GRPO groups → samples, and the minibatch plans
+  loss.py     the PPO clipped surrogate with the combined advantage, OPD's top-K KL, GRPO's loss
   backend.py  the model: transformers + peft (CPU), Unsloth QLoRA (CUDA)
+  memory.py   the memory plan (pure)
+  scoring.py  what a round holds fixed per sample (log π_old, teacher, base, importance weights)
+              and what it records
   loop.py     one round: select, score, step, checkpoint, write adapters/NNNN/
   runner.py   that round in a child process the daemon can pause, resume and stop
 

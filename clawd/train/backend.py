@@ -132,18 +132,39 @@ class Backend:
     def logprobs_at(self, ids: list[int], n_prompt: int, temperatures: tuple[float, ...],
                     adapter: bool = True) -> torch.Tensor:
         """`logprobs` at several temperatures from one forward pass. Shape (K, C), K = len(temperatures)."""
+        logits, target = self._completion(ids, n_prompt, adapter)  # (C, V), (C, 1)
+        out = []
+        for t in temperatures:
+            z = logits if t == 1 else logits / t  # (C, V)
+            out.append(z.gather(-1, target).squeeze(-1) - torch.logsumexp(z, -1))  # (C,)
+        return torch.stack(out)  # (K, C)
+
+    @torch.no_grad()
+    def teacher_topk(self, ids: list[int], n_prompt: int, k: int, temperature: float) -> tuple[torch.Tensor, ...]:
+        """The base weights' (adapter off) log softmax(z / T) at each completion position: of the
+        token that follows, (C,); and its K likeliest tokens, their ids (C, K) and logprobs (C, K)."""
+        logits, target = self._completion(ids, n_prompt, adapter=False)
+        lp = torch.log_softmax(logits / temperature, -1)  # (C, V)
+        top = lp.topk(k, -1)
+        return lp.gather(-1, target).squeeze(-1), top.indices, top.values
+
+    def logprobs_and_at(self, ids: list[int], n_prompt: int, temperature: float,
+                        at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The adapter's log softmax(z / T) at each completion position, from one forward pass with
+        gradient: of the token that follows, (C,); and of the tokens `at` (C, K) names, (C, K)."""
+        logits, target = self._completion(ids, n_prompt, adapter=True)
+        lp = torch.log_softmax(logits / temperature, -1)  # (C, V)
+        return lp.gather(-1, target).squeeze(-1), lp.gather(-1, at.to(lp.device))
+
+    def _completion(self, ids: list[int], n_prompt: int, adapter: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits predicting each completion token, (C, V) float32, and those tokens (C, 1)."""
         x = torch.tensor([ids], device=self.device)  # (1, T)
         n = len(ids) - n_prompt
         with (nullcontext() if adapter else self.model.disable_adapter()):
             logits = self._logits(x, n + 1)[0, :-1].float()  # (C, V): position t predicts token t+1
         if logits.shape[0] != n:  # e.g. a fused-loss forward that returns no logits
             raise RuntimeError(f"{self.name}: the model returned logits of shape {tuple(logits.shape)} for {n} tokens")
-        target = x[0, n_prompt:, None]  # (C, 1)
-        out = []
-        for t in temperatures:
-            z = logits if t == 1 else logits / t  # (C, V)
-            out.append(z.gather(-1, target).squeeze(-1) - torch.logsumexp(z, -1))  # (C,)
-        return torch.stack(out)  # (K, C)
+        return logits, x[0, n_prompt:, None]
 
     def _logits(self, x: torch.Tensor, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions, (1, keep, V): never the whole (T, V) matrix."""

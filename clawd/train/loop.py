@@ -40,14 +40,15 @@ from ..store.store import Store
 from . import memory
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
 from .batches import GroupError, group_plan, group_samples, groups_of, minibatches
-from .loss import grpo_loss, kl_k3, policy_loss, tis_weight
-from .samples import WEIGHTS, Sample, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
+from .loss import grpo_loss, kl_k3, policy_loss
+from .samples import WEIGHTS, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
+from .scoring import round_metrics, score_sample
 
 log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
-         "grpo_epochs")
+         "grpo_epochs", "opd_topk")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
@@ -232,10 +233,10 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     else:
         backend.reset_lora()
     if not st.scored:  # a fresh round (or one staged before the importance weights were kept)
-        scores = [_score(backend, control, s, w_opd > 0 and i < n_turns, kl_coef > 0, k.train_tis_cap)
+        scores = [score_sample(backend, control.checkpoint, s, w_opd > 0 and i < n_turns, kl_coef > 0, k.train_tis_cap, k.opd_topk)
                   for i, s in enumerate(samples)]
-        st.old, st.teacher, st.base, st.tis, st.drift = ([sc[key] for sc in scores]
-                                                         for key in ("old", "teacher", "base", "tis", "drift"))
+        st.old, st.teacher, st.base, st.tis, st.drift, st.teacher_topk = (
+            [sc[key] for sc in scores] for key in ("old", "teacher", "base", "tis", "drift", "teacher_topk"))
         st.plan = (minibatches(n_turns, k.train_minibatch, k.train_epochs, seed=st.run_id or 0)
                    + group_plan([len(g.rollouts) for g, _ in groups], n_turns, k.train_minibatch, k.grpo_epochs,
                                  seed=st.run_id or 0))
@@ -260,12 +261,18 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
             control.checkpoint()
             t_micro = time.perf_counter()
             s = samples[i]
-            logp = backend.logprobs(s.ids, len(s.prompt_ids), temperature=s.temperature)[None]  # (1, C)
+            top = st.teacher_topk[i] if st.teacher_topk else None  # the teacher's (ids, logprobs), each (C, K)
+            topk = None
+            if top is None:
+                logp = backend.logprobs(s.ids, len(s.prompt_ids), temperature=s.temperature)[None]  # (1, C)
+            else:
+                logp, at = backend.logprobs_and_at(s.ids, len(s.prompt_ids), s.temperature, top[0])  # (C,), (C, K)
+                logp, topk = logp[None], (at[None], top[1].to(dev)[None])  # (1, C); (1, C, K) twice
             old, teacher, tis = (x[i].to(dev)[None] for x in (st.old, st.teacher, st.tis))  # (1, C)
             base = st.base[i].to(dev)[None] if kl_coef else None  # (1, C)
             if i < n_turns:
                 loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
-                                   w_rl, w_opd, tis, base, kl_coef) / len(plan[step])
+                                   w_rl, w_opd, tis, base, kl_coef, topk) / len(plan[step])
             else:
                 mask = torch.ones_like(old)
                 loss = grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) \
@@ -286,7 +293,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
                             detail={"micro_step_s": round(max(micro[-len(plan[step]):]), 3)}))
 
     seconds = time.perf_counter() - t0
-    metrics = _metrics(samples, n_turns, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
+    metrics = round_metrics(samples, n_turns, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
                                                                           "memory_plan": mem.as_dict()}
     if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
         log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "
@@ -335,72 +342,6 @@ def _check_not_excluded(store: Store, st: RoundState, group_turns: list[int]) ->
                          "round began; the round is discarded and the next one selects its turns again")
 
 
-def _scored(control: Control, score: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """One scoring forward pass, paused like a micro-step: a round's scoring is up to 3 passes per turn."""
-    control.checkpoint()
-    return score().cpu()
-
-
-@torch.no_grad()
-def _score(backend: Backend, control: Control, s: Sample, teacher: bool, base: bool, cap: float) -> dict[str, Any]:
-    """What the update holds fixed for one sample, each (C,) at the turn's temperature T:
-
-    - old: log π_old, the adapter at the start of the update;
-    - teacher: the base weights with the hint in the prompt (= old without a hint, or for rl);
-    - base: the base weights on the served prompt, for the KL term (None when it is off);
-    - tis: min(π_old / π_served, cap) per token. The engine records each token's logprob at T = 1
-      (engine.py, Step.logprob), whatever T it sampled at, so the ratio is taken at T = 1 from
-      the same forward pass: exact for T = 1, a proxy for the tempered ratio otherwise. A turn
-      without its recorded logprobs gets weight 1.
-    - drift: (Σ|log π_old − recorded logprob| at T = 1, tokens, tokens whose weight hit the cap):
-      near 0 for a turn this adapter served; large for stale turns, or when trainer and engine
-      disagree on the tokens (an off-by-one, a tokenizer or a base model that drifted).
-    """
-    n = len(s.prompt_ids)
-    old, old_t1 = _scored(control, lambda: backend.logprobs_at(s.ids, n, (s.temperature, 1.0)))  # (C,), (C,)
-    out = {"old": old, "teacher": old, "base": None, "tis": torch.ones_like(old), "drift": None}
-    if teacher and s.teacher_ids is not None and s.teacher_prompt_ids is not None:
-        ids, start = s.teacher_ids, len(s.teacher_prompt_ids)
-        out["teacher"] = _scored(control, lambda: backend.logprobs(ids, start, adapter=False, temperature=s.temperature))
-    if base:
-        out["base"] = _scored(control, lambda: backend.logprobs(s.ids, n, adapter=False, temperature=s.temperature))
-    if s.rollout_logprobs is not None:
-        rollout = torch.tensor(s.rollout_logprobs, dtype=old.dtype)  # (C,)
-        out["tis"] = tis_weight(old_t1, rollout, cap)
-        out["drift"] = (float((old_t1 - rollout).abs().sum()), len(rollout), int((out["tis"] >= cap).sum()))
-    return out
-
-
-def _metrics(samples: list[Sample], n_turns: int, st: RoundState, w_opd: float, kl_coef: float, seconds: float,
-             backend: Backend) -> dict[str, Any]:
-    """The round's record (meta.json, train_runs.metrics); samples[n_turns:] are the groups' answers,
-    whose `reward` is their group advantage."""
-    assert st.teacher is not None and st.old is not None and st.tis is not None and st.drift is not None
-    plan = st.plan or []
-    opd = [float((t - o).mean()) for s, t, o in zip(samples, st.teacher, st.old) if s.teacher_ids is not None and w_opd]
-    tokens = sum(len(samples[i].ids) for batch in plan for i in batch)
-    drift = [d for d in st.drift if d is not None]
-    n = sum(d[1] for d in drift)
-    weights = sum(float(w.sum()) for w, d in zip(st.tis, st.drift) if d is not None)
-    adv = [abs(s.reward) for s in samples[n_turns:]]
-    turn_rewards = [s.reward for s in samples[:n_turns]]
-    return {"samples": len(samples), "rewards": turn_rewards,
-            "groups": len(st.group_ids), "group_answers": len(adv),
-            "advantage_mean_abs": round(sum(adv) / len(adv), 4) if adv else None,
-            "advantage_max_abs": round(max(adv), 4) if adv else None,
-            "temperatures": [s.temperature for s in samples],
-            "stale_turns": sum(s.adapter_version != st.parent for s in samples),
-            "rollout_drift": sum(d[0] for d in drift) / n if n else None,
-            "tis_weight_mean": weights / n if n else None, "tis_clipped": sum(d[2] for d in drift) / n if n else None,
-            "hints_cut": sum(s.hint_cut for s in samples), "system_prompt_cut": sum(s.system_cut > 0 for s in samples),
-            "kl_to_base": st.kl if kl_coef else None,
-            "mean_reward": sum(turn_rewards) / len(turn_rewards) if turn_rewards else None, "opd_samples": len(opd),
-            "mean_opd_advantage": sum(opd) / len(opd) if opd else None, "losses": st.losses, "steps": len(plan),
-            "tokens_trained": tokens, "cut_tokens": sum(s.cut for s in samples), "seconds": round(seconds, 2),
-            "peak_memory_mb": round(backend.peak_memory_mb(), 1), "backend": backend.name}
-
-
-# -- output ----------------------------------------------------------------------------------
 def _parent(adapters: AdapterDir) -> int | None:
     """The live adapter this round continues from (publish owns `current`)."""
     version = adapters.current()

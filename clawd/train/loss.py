@@ -41,9 +41,25 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
     return torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP_LOW, 1 + CLIP_HIGH) * adv)
 
 
+def topk_kl(student_at: torch.Tensor, teacher_topk: torch.Tensor) -> torch.Tensor:
+    """KL from the teacher's top-K distribution to the student, per token:
+
+        q_k  = softmax_k(log π_teacher(v_k))            the teacher's K likeliest tokens v_k, renormalized
+        KL_t = Σ_k q_k · (log q_k − log π_θ(v_k))
+
+    log π_θ is over the whole vocabulary, not renormalized over the K, so KL_t ≥ 0 (Gibbs: Σ_k π_θ(v_k)
+    ≤ 1) and 0 only when the student gives the K tokens exactly q: its gradient also moves mass from
+    the rest of the vocabulary onto them. Unlike the sampled token's log-ratio, it says what the
+    teacher would have written at each position, not only how it rates what was written.
+    Shapes: student_at, teacher_topk (B, T, K), logprobs of the same tokens → (B, T)."""
+    q_log = torch.log_softmax(teacher_topk.detach(), -1)  # (B, T, K)
+    return (q_log.exp() * (q_log - student_at)).sum(-1)
+
+
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, teacher_logp: torch.Tensor, reward: torch.Tensor,
                 mask: torch.Tensor, w_rl: float = 1.0, w_opd: float = 1.0, weight: torch.Tensor | None = None,
-                base_logp: torch.Tensor | None = None, kl_coef: float = 0.0) -> torch.Tensor:
+                base_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
+                topk: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Mean over samples of the token-mean clipped surrogate loss plus the KL-to-base penalty.
 
     For completion token t of sample b (mask[b, t] = 1 on real tokens, 0 on padding):
@@ -65,14 +81,22 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, teacher_logp: torch.
       teacher_logp = old_logp, so its OPD term is zero and it contributes its reward alone.
     - Only `logp` carries gradient; A_t and w_t are constants. r = 0 with no hint and β = 0 gives
       zero gradient.
+    - With `topk` = (log π_θ at the teacher's K likeliest tokens, the teacher's logprobs of them),
+      each (B, T, K), OPD is distilled over them instead: A_t = w_rl · r, and L_t gains
+      w_opd · `topk_kl`_t (not importance-weighted: it compares whole distributions at the
+      positions visited, it does not reinforce the token sampled there).
 
     Shapes: logp, old_logp, teacher_logp, mask, weight, base_logp: (B, T) float; reward: (B,) float.
     Returns a scalar.
     """
     old_logp, teacher_logp = old_logp.detach(), teacher_logp.detach()
-    adv = w_rl * reward[:, None] + w_opd * (teacher_logp - old_logp)  # (B, T)
+    adv = w_rl * reward[:, None]  # (B, 1)
+    if topk is None:
+        adv = adv + w_opd * (teacher_logp - old_logp)  # (B, T)
     surrogate = clipped_surrogate(logp, old_logp, adv)  # (B, T)
     per_token = -surrogate if weight is None else -weight.detach() * surrogate  # (B, T)
+    if topk is not None and w_opd:
+        per_token = per_token + w_opd * topk_kl(*topk)  # (B, T)
     if kl_coef:
         assert base_logp is not None, "the KL term needs the base weights' logprobs"
         per_token = per_token + kl_coef * kl_k3(logp, base_logp)  # (B, T)
