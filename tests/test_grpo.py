@@ -247,3 +247,23 @@ def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, b
     assert json.loads((result.path / "meta.json").read_text())["settings"]["grpo_epochs"] == 2
     assert run_round(s, store=store, backend=backend) is None  # the group is used; the untrusted one never is
     store.close()
+
+
+def test_the_contrast_reads_how_much_the_users_words_make_an_answer_likelier(tmp_path, llama):
+    """Scorer.contrast on the real engine: told to answer in French, a French answer becomes far
+    likelier and an English one less so (measured on SmolLM2-135M: +9.6 and −4.2 nats against the
+    question alone, +8.9 and −3.9 against the neutral remark); what a neutral remark does cancels."""
+    from clawd.judge.judge import Judge
+    from clawd.judge.scorer import NEUTRAL
+
+    judge = Judge(llama, Store(tmp_path / "clawd.db"), Settings(home=tmp_path))
+    scorer = Scorer(judge, tmp_path / "judge", 0.03)
+    q, said = "What is the capital of Italy?", ["Please answer in French."]
+    french = scorer.contrast(said, q, "La capitale de l'Italie est Rome.")
+    english = scorer.contrast(said, q, "The capital of Italy is Rome.")
+    assert french[0] > english[0] + 3 and french[1] > english[1] + 3, (french, english)
+    assert english[2] == len(llama.llm.tokenize(b"The capital of Italy is Rome.", add_bos=False, special=False))
+    # told the neutral remark itself, the second log-ratio compares a prompt with itself (the cache
+    # state differs between the two passes, and llama.cpp rounds a little differently by batch)
+    assert scorer.contrast([NEUTRAL], q, "Rome.")[1] == pytest.approx(0.0, abs=0.05)
+    assert scorer.contrast(said, q, "") == (0.0, 0.0, 0)

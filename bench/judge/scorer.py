@@ -19,7 +19,8 @@ follows, and the same AUC for two baselines that know nothing of the user: short
 fewer lines first. Beside them, the contrast (Scorer.contrast: how much more likely the user's
 quoted words make the answer, against the question alone and against a remark that asks for
 nothing, summed and per token), raw and fitted alone or with the daemon's
-features; the variant with the best tuning AUC is named `chosen_on_tuning`.
+features; the layout with the best tuning AUC is named `chosen_on_tuning` (the daemon reads
+clawd/judge/scorer.py's FEATURES, and `trust` is what it would measure).
 Results go to bench/results/scorer-<model>.json.
 """
 
@@ -41,6 +42,7 @@ from clawd.judge.judge import Judge
 from clawd.judge.scorer import (
     CASES,
     COMPONENTS,
+    FEATURES,
     Scorer,
     cross_val_rewards,
     load_cases,
@@ -56,14 +58,15 @@ TRIED = (8, 16, 32, 64)  # principal components of the hidden state, compared on
 
 
 def features(scorer: Scorer, cases: list[dict]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Scorer.case_features, with each case's time printed as it goes."""
+    """Scorer.probe's features of every answer (x: the log-odds, then the hidden state), with each
+    case's time printed as it goes."""
     t = [time.perf_counter()]
 
     def done(_i: int, case: dict) -> None:
         print(f"  {case['id']}: {time.perf_counter() - t[0]:.1f}s", flush=True)
         t[0] = time.perf_counter()
 
-    return scorer.case_features(cases, on_case=done)
+    return scorer.case_features(cases, on_case=done, read=scorer.probe)  # the probe's features, whatever FEATURES is
 
 
 def contrasts(scorer: Scorer, cases: list[dict]) -> np.ndarray:
@@ -116,46 +119,44 @@ def main() -> None:
     ask = per_case(tune, 1 / (1 + np.exp(-x[:, 0])), ok)  # the yes/no odds alone
     out["tune"] = {"ask": report(tune, ask, measure(ask, lengths, model.name, settings.judge_max_wrong_sign, 0).margin)}
     for k in TRIED:  # each scenario's answers scored by a fit on the other scenarios
-        cv = per_case(tune, cross_val_rewards(x, ok, groups, k), ok)
+        cv = per_case(tune, cross_val_rewards(x, ok, groups, k, plain=1), ok)
         trust = measure(cv, lengths, model.name, settings.judge_max_wrong_sign, 0)
         out["tune"][f"probe-{k}"] = {"mode": trust.mode, "margin": trust.margin,
                                      **report(tune, cv, trust.margin)}
-    # The contrast: how much more likely the user's quoted words make each answer (no fit), then
-    # fits that read it, alone and beside the daemon's features. Which one the daemon should use is
-    # chosen here, on the tuning split's leave-one-scenario-out AUC only.
+    # The contrast: how much more likely the user's quoted words make each answer, raw (no fit),
+    # then fitted alone and beside the probe. The daemon reads FEATURES (clawd/judge/scorer.py);
+    # which one it should read is chosen here, on the tuning split's leave-one-scenario-out AUC only.
     t1 = time.perf_counter()
     c = contrasts(scorer, tune)
     out["seconds_per_answer_contrast"] = round((time.perf_counter() - t1) / len(ok), 2)
-    variants = {"contrast-fit": (c, 4), "probe+contrast": (np.hstack([x[:, :1], c, x[:, 1:]]), 5)}
     raws = (("contrast-sum", 0), ("contrast-mean", 1), ("contrast-neutral-sum", 2), ("contrast-neutral-mean", 3))
     for name, col in raws:
-        raw = per_case(tune, 1 / (1 + np.exp(-c[:, col])), ok)
-        out["tune"][name] = report(tune, raw, 0.0)
-    for name, (xv, plain) in variants.items():
+        out["tune"][name] = report(tune, per_case(tune, 1 / (1 + np.exp(-c[:, col])), ok), 0.0)
+
+    def variants(xp: np.ndarray, xc: np.ndarray) -> dict[str, tuple[np.ndarray, int]]:
+        """Scorer.features' layouts by FEATURES: (x, plain features before the hidden state)."""
+        return {"probe": (xp, 1), "contrast": (xc, 4), "probe+contrast": (np.hstack([xp[:, :1], xc, xp[:, 1:]]), 5)}
+
+    trusts = {}
+    for name, (xv, plain) in variants(x, c).items():
         cv = per_case(tune, cross_val_rewards(xv, ok, groups, plain=plain), ok)
-        trust = measure(cv, lengths, model.name, settings.judge_max_wrong_sign, 0)
-        out["tune"][name] = {"mode": trust.mode, "margin": trust.margin, **report(tune, cv, trust.margin)}
-    best = max((k for k in out["tune"] if k in variants or k == f"probe-{COMPONENTS}"),
-               key=lambda k: out["tune"][k]["all"]["auc_any_margin"])
-    out["chosen_on_tuning"] = best
-    chosen = measure(per_case(tune, cross_val_rewards(x, ok, groups), ok), lengths, model.name,
-                     settings.judge_max_wrong_sign, 0)
-    out["trust"] = {k: v for k, v in chosen.__dict__.items() if k != "fit"}
+        trusts[name] = measure(cv, lengths, model.name, settings.judge_max_wrong_sign, 0)
+        out["tune"][f"fit:{name}"] = {"mode": trusts[name].mode, "margin": trusts[name].margin,
+                                      **report(tune, cv, trusts[name].margin)}
+    out["chosen_on_tuning"] = max(trusts, key=lambda k: out["tune"][f"fit:{k}"]["all"]["auc_any_margin"])
+    out["daemon_features"] = FEATURES
+    out["trust"] = {k: v for k, v in trusts[FEATURES].__dict__.items() if k != "fit"}
     if args.split == "all":
         held = load_cases(HELDOUT)
         print(f"held-out split: {len(held)} cases", flush=True)
         hx, hok, _ = features(scorer, held)
-        model_fit = fit(x, np.where(ok, 1, -1), plain=1, components=COMPONENTS)
-        probe = per_case(held, predict(model_fit, hx)[:, 2], hok)
-        ask_held = per_case(held, 1 / (1 + np.exp(-hx[:, 0])), hok)
-        out["heldout"] = {"probe": report(held, probe, chosen.margin), "ask": report(held, ask_held, chosen.margin)}
         hc = contrasts(scorer, held)
-        held_x = {"contrast-fit": hc, "probe+contrast": np.hstack([hx[:, :1], hc, hx[:, 1:]])}
-        for name, (xv, plain) in variants.items():
-            tuned = measure(per_case(tune, cross_val_rewards(xv, ok, groups, plain=plain), ok), lengths, model.name,
-                            settings.judge_max_wrong_sign, 0)
+        out["heldout"] = {"ask": report(held, per_case(held, 1 / (1 + np.exp(-hx[:, 0])), hok), trusts["probe"].margin)}
+        held_x = variants(hx, hc)
+        for name, (xv, plain) in variants(x, c).items():  # each fitted on every tuning case
             f = fit(xv, np.where(ok, 1, -1), plain=plain, components=COMPONENTS)
-            out["heldout"][name] = report(held, per_case(held, predict(f, held_x[name])[:, 2], hok), tuned.margin)
+            out["heldout"][f"fit:{name}"] = report(held, per_case(held, predict(f, held_x[name][0])[:, 2], hok),
+                                                   trusts[name].margin)
         for name, col in raws:
             out["heldout"][name] = report(held, per_case(held, 1 / (1 + np.exp(-hc[:, col])), hok), 0.0)
     print(json.dumps({k: v for k, v in out.items() if k != "cases"}, indent=1))

@@ -54,6 +54,10 @@ MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward g
 # scenario scored by a fit on the others (bench/results/scorer-qwen2.5-coder-0.5b-instruct-q4_k_m.json,
 # Qwen2.5-Coder-0.5B): pairwise AUC 0.70 at 8, 0.72 at 16, 0.63 at 32, 0.64 at 64.
 COMPONENTS = 16
+# What the fit reads: `probe` (the yes/no log-odds and the hidden state), `contrast` (Scorer.contrast's
+# log-ratios), or both; chosen on the tuning split (bench/judge/scorer.py's `chosen_on_tuning`).
+FEATURES: Literal["probe", "contrast", "probe+contrast"] = "probe"
+PLAIN = {"probe": 1, "contrast": 4, "probe+contrast": 5}[FEATURES]  # features before the hidden state
 VERSION = 2  # of this prompt, fit and measure; part of the cache key
 NEUTRAL = "Thanks, that was useful."  # Scorer.contrast's control remark: it asks for nothing
 SYSTEM = "You check answers for one user, who has told the assistant before what they want."
@@ -130,7 +134,7 @@ def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], m
 
 
 def cross_val_rewards(x: np.ndarray, meets: np.ndarray, groups: list[str], components: int = COMPONENTS,
-                      plain: int = 1) -> np.ndarray:
+                      plain: int = PLAIN) -> np.ndarray:
     """Each answer's P(accepted) from a fit on the other groups' answers only (leave one scenario
     out). x (n, plain + n_embd): `plain` features (the yes/no log-odds), then the hidden state (or
     nothing); meets (n,) bool."""
@@ -171,6 +175,17 @@ class Scorer:
 
     def features(self, evidence: list[str], question: str, answer: str,
                  cancel: threading.Event | None = None) -> list[float]:
+        """What the fit reads, by FEATURES: `probe`'s log-odds, then the four contrasts (each
+        log-ratio of `contrast`, summed and per token), then `probe`'s hidden state."""
+        probe = self.probe(evidence, question, answer, cancel) if "probe" in FEATURES else []
+        contrast: list[float] = []
+        if "contrast" in FEATURES:
+            plain, neutral, n = self.contrast(evidence, question, answer, cancel)
+            contrast = [plain, plain / max(n, 1), neutral, neutral / max(n, 1)]
+        return probe[:1] + contrast + probe[1:]
+
+    def probe(self, evidence: list[str], question: str, answer: str,
+              cancel: threading.Event | None = None) -> list[float]:
         """log P(yes) − log P(no) as the reply's first word (either case), then the hidden state
         there at the judge's layer, (n_embd,): 1 + n_embd floats."""
         text = _render(self.judge.engine, evidence, question, answer)
@@ -203,13 +218,15 @@ class Scorer:
         return told - lp(None), told - lp([NEUTRAL]), len(tokens)
 
     def case_features(self, cases: list[dict[str, Any]], cancel: threading.Event | None = None,
-                      on_case: Callable[[int, dict[str, Any]], None] | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """Every labeled answer's features, in case order: x (answers, 1 + n_embd), meets (answers,)
-        and each answer's scenario; `on_case(i, case)` hears each case done."""
+                      on_case: Callable[[int, dict[str, Any]], None] | None = None,
+                      read: Callable[..., list[float]] | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Every labeled answer's features (`read`, default `features`), in case order: x (answers,
+        d), meets (answers,) and each answer's scenario; `on_case(i, case)` hears each case done."""
+        read = read or self.features
         xs, meets, groups = [], [], []
         for i, case in enumerate(cases):
             for a in case["answers"]:
-                xs.append(self.features(case["evidence"], case["question"], a["text"], cancel))
+                xs.append(read(case["evidence"], case["question"], a["text"], cancel))
                 meets.append(bool(a["meets"]))
                 groups.append(case["scenario"])
             if on_case is not None:
@@ -225,7 +242,7 @@ class Scorer:
         model = self.judge.engine.model_path
         st = model.stat()
         blob = json.dumps([VERSION, model.name, st.st_size, st.st_mtime_ns, SYSTEM, prompt_text(["x"], "q", "a"),
-                           self._cases_sha, self.max_wrong_sign, COMPONENTS])
+                           self._cases_sha, self.max_wrong_sign, COMPONENTS, FEATURES, NEUTRAL])
         return "scorer-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def cached(self) -> ScorerTrust | None:
@@ -256,7 +273,7 @@ class Scorer:
         lengths = [[len(a["text"]) for a in c["answers"]] for c in cases]
         t = measure(rewards, lengths, self.judge.engine.model_path.name, self.max_wrong_sign,
                     (time.perf_counter() - t0) / max(len(ok), 1))
-        t.fit = fit(x, np.where(ok, 1, -1), plain=1, components=COMPONENTS)
+        t.fit = fit(x, np.where(ok, 1, -1), plain=PLAIN, components=COMPONENTS)
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.cache_dir / f".{self._key()}.tmp"
         tmp.write_text(json.dumps(asdict(t)))
