@@ -9,6 +9,7 @@ runs grade every scenario) with the four columns: base, told, oracle (the run's 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,37 @@ def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
         # a run recorded before today's checkers, its answers re-graded by --rescore
         **({"rescored_from": result["rescored_from"]} if "rescored_from" in result else {}),
     }
+
+
+def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str, Any]:
+    """The reference columns of one oracle seed without a loop run (an oracle sweep point): base,
+    told when measured, and the oracle, graded as `summary` grades them."""
+    sc = result["scenarios"][scenario]
+    ref, g = sc["reference"], SCENARIOS[scenario]
+    base, oracle = ref["base"], ref[f"oracle/{seed}"]
+    cols = {"base": column(g, base, base)}
+    if ref.get("told"):
+        cols["told"] = column(g, ref["told"], base)
+    cols["oracle"] = column(g, oracle["eval"], base) | {"kept": oracle["kept"], "samples": oracle["samples"],
+                                                       "adapter": oracle["adapter"]}
+    return {"scenario": scenario, "preference": sc["preference"], "seed": seed, "model": Path(result["config"]["model"]).name,
+            "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
+            "oracle_settings": oracle["settings"], "oracle_k": oracle["k"], "oracle_pass_rate": oracle["pass_rate"],
+            "oracle_rounds": oracle["rounds"], "oracle_seconds": oracle["seconds"],
+            "heldout_prompts": sc["heldout"], "probes": sc["probes"], "columns": cols}
+
+
+def write_oracle_summaries(result: dict[str, Any]) -> None:
+    """bench/results/personalize-SCENARIO-oracle-seedN[-DAEMON-ARGS].json for every oracle seed run."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tag = re.sub(r"[^A-Za-z0-9.]+", "-", result["config"].get("daemon_args") or "").strip("-")
+    for scenario, sc in result["scenarios"].items():
+        for key in sc.get("reference", {}):
+            if key.startswith("oracle/") and "base" in sc["reference"]:
+                seed = int(key.split("/")[1])
+                path = RESULTS / f"personalize-{scenario}-oracle-seed{seed}{'-' + tag if tag else ''}.json"
+                path.write_text(json.dumps(oracle_summary(result, scenario, seed), indent=1, ensure_ascii=False) + "\n")
+                print(f"wrote {path.relative_to(ROOT)}")
 
 
 def _point(sc: Scenario, point: dict[str, Any]) -> dict[str, Any]:

@@ -66,7 +66,15 @@ from bench.personalize.evaluate import (
 )
 from bench.personalize.oracle import run_oracle
 from bench.personalize.probes import PROBES
-from bench.personalize.report import RESULTS, ROOT, plot, point_text, print_summary, write_summaries
+from bench.personalize.report import (
+    RESULTS,
+    ROOT,
+    plot,
+    point_text,
+    print_summary,
+    write_oracle_summaries,
+    write_summaries,
+)
 from bench.personalize.scenarios import CONTROL, SCENARIOS, SYSTEM, Scenario, non_answer, react
 
 METHODS = ("rl", "opd", "combined")
@@ -104,10 +112,13 @@ def main() -> None:
     args = p.parse_args()
     if args.rescore:
         for path in args.rescore:
-            result = rescore(json.loads(path.read_text())) | {"rescored_from": str(path.resolve().relative_to(ROOT))}
+            where = path.resolve()
+            result = rescore(json.loads(path.read_text())) | {
+                "rescored_from": str(where.relative_to(ROOT) if where.is_relative_to(ROOT) else where)}
             print(f"\n{path} (re-graded)")
             print_summary(result)
             write_summaries(result)
+            write_oracle_summaries(result)
         return
     everyone = SCENARIOS | {CONTROL.name: CONTROL}
     if unknown := set(args.scenarios.split(",")) - set(everyone):
@@ -149,6 +160,7 @@ def main() -> None:
                 write_summaries(result, only=(sc.name, f"{method}/{seed}"))
     print_summary(result)
     _save(result, args.out, time.time() - t0)
+    write_oracle_summaries(result)
     plot(result, args.out / "personalize.png")
     print(f"\nwrote {args.out / 'personalize.json'}, {args.out / 'personalize.png'} and summaries in {RESULTS} "
           f"({(time.time() - t0) / 60:.0f} min)")
@@ -309,7 +321,8 @@ def rescore(result: dict[str, Any]) -> dict[str, Any]:
             seed = result["config"]["seed"]
             sc["runs"] = {f"{m}/{seed}": run | {"method": m, "seed": seed}
                           for m, run in sc.pop("methods").items() if m != "base"}
-        sc["probes"] = len(sc["runs"] and next(iter(sc["runs"].values()))["curve"][0]["eval"]["probes"])
+        if sc["runs"]:  # a result with the reference columns alone keeps its count
+            sc["probes"] = len(next(iter(sc["runs"].values()))["curve"][0]["eval"]["probes"])
         for run in sc["runs"].values():
             for point in run["curve"]:
                 point["eval"] = grade(scenario, point["eval"])
