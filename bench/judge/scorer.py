@@ -57,29 +57,16 @@ HELDOUT = ROOT / "tests" / "data" / "scorer_heldout.jsonl"
 TRIED = (8, 16, 32, 64)  # principal components of the hidden state, compared on the tuning split only
 
 
-def features(scorer: Scorer, cases: list[dict]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Scorer.probe's features of every answer (x: the log-odds, then the hidden state), with each
-    case's time printed as it goes."""
+def read_all(scorer: Scorer, cases: list[dict], read, what: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Scorer.case_features with `read` (Scorer.probe: the log-odds, then the hidden state, whatever
+    FEATURES is; Scorer.contrasts: the four log-ratios), each case's time printed as it goes."""
     t = [time.perf_counter()]
 
     def done(_i: int, case: dict) -> None:
-        print(f"  {case['id']}: {time.perf_counter() - t[0]:.1f}s", flush=True)
+        print(f"  {case['id']} {what}: {time.perf_counter() - t[0]:.1f}s", flush=True)
         t[0] = time.perf_counter()
 
-    return scorer.case_features(cases, on_case=done, read=scorer.probe)  # the probe's features, whatever FEATURES is
-
-
-def contrasts(scorer: Scorer, cases: list[dict]) -> np.ndarray:
-    """(answers, 4): Scorer.contrast's two log-ratios (against the question alone, against a neutral
-    remark), each summed over the answer and per token."""
-    rows, t = [], time.perf_counter()
-    for case in cases:
-        for a in case["answers"]:
-            plain, neutral, n = scorer.contrast(case["evidence"], case["question"], a["text"])
-            rows.append((plain, plain / max(n, 1), neutral, neutral / max(n, 1)))
-        print(f"  {case['id']} contrast: {time.perf_counter() - t:.1f}s", flush=True)
-        t = time.perf_counter()
-    return np.array(rows)
+    return scorer.case_features(cases, on_case=done, read=read)
 
 
 def baseline(cases: list[dict], key) -> float:
@@ -113,7 +100,7 @@ def main() -> None:
     tune = load_cases(CASES)
     print(f"tuning split: {len(tune)} cases", flush=True)
     t0 = time.perf_counter()
-    x, ok, groups = features(scorer, tune)
+    x, ok, groups = read_all(scorer, tune, scorer.probe, "probe")
     out["seconds_per_answer"] = round((time.perf_counter() - t0) / len(ok), 2)
     lengths = [[len(a["text"]) for a in c["answers"]] for c in tune]
     ask = per_case(tune, 1 / (1 + np.exp(-x[:, 0])), ok)  # the yes/no odds alone
@@ -127,7 +114,7 @@ def main() -> None:
     # then fitted alone and beside the probe. The daemon reads FEATURES (clawd/judge/scorer.py);
     # which one it should read is chosen here, on the tuning split's leave-one-scenario-out AUC only.
     t1 = time.perf_counter()
-    c = contrasts(scorer, tune)
+    c = read_all(scorer, tune, scorer.contrasts, "contrast")[0]
     out["seconds_per_answer_contrast"] = round((time.perf_counter() - t1) / len(ok), 2)
     raws = (("contrast-sum", 0), ("contrast-mean", 1), ("contrast-neutral-sum", 2), ("contrast-neutral-mean", 3))
     for name, col in raws:
@@ -149,8 +136,8 @@ def main() -> None:
     if args.split == "all":
         held = load_cases(HELDOUT)
         print(f"held-out split: {len(held)} cases", flush=True)
-        hx, hok, _ = features(scorer, held)
-        hc = contrasts(scorer, held)
+        hx, hok, _ = read_all(scorer, held, scorer.probe, "probe")
+        hc = read_all(scorer, held, scorer.contrasts, "contrast")[0]
         out["heldout"] = {"ask": report(held, per_case(held, 1 / (1 + np.exp(-hx[:, 0])), hok), trusts["probe"].margin)}
         held_x = variants(hx, hc)
         for name, (xv, plain) in variants(x, c).items():  # each fitted on every tuning case

@@ -74,6 +74,18 @@ def near_flips(probes: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict
             "near_flips": sorted(q for q in kept if 0 <= now[q] < was[q] / 2)}
 
 
+def reference_columns(g: Scenario, ref: dict[str, Any], base: dict[str, Any], seed: int) -> dict[str, Any]:
+    """base, and told and seed's oracle where they were measured, graded for `g` against `base`."""
+    cols = {"base": column(g, base, base)}
+    if ref.get("told"):
+        cols["told"] = column(g, ref["told"], base)
+    oracle = ref.get(f"oracle/{seed}")
+    if oracle:
+        cols["oracle"] = column(g, oracle["eval"], base) | {
+            "kept": oracle["kept"], "samples": oracle["samples"], "adapter": oracle["adapter"]}
+    return cols
+
+
 def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
     """One run's numbers without its answers: what bench/results/ keeps."""
     sc, run = result["scenarios"][scenario], result["scenarios"][scenario]["runs"][key]
@@ -83,13 +95,8 @@ def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
     graded = [SCENARIOS.get(n) or CONTROL for n in sc.get("graded", [scenario])]
     blocks = {}
     for g in graded:
-        cols = {"base": column(g, base, base), "loop": column(g, last["eval"], base)}
-        if ref.get("told"):
-            cols["told"] = column(g, ref["told"], base)
-        oracle = ref.get(f"oracle/{run['seed']}")
-        if oracle:
-            cols["oracle"] = column(g, oracle["eval"], base) | {
-                "kept": oracle["kept"], "samples": oracle["samples"], "adapter": oracle["adapter"]}
+        cols = reference_columns(g, ref, base, run["seed"]) | {"loop": column(g, last["eval"], base)}
+        if "oracle" in cols:
             cols["loop"]["share_of_oracle"] = share_of_oracle(cols["loop"]["gain"][0], cols["oracle"]["gain"][0])
         blocks[g.name] = cols
     turns = run["turns"]
@@ -119,13 +126,9 @@ def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str
     """The reference columns of one oracle seed without a loop run (an oracle sweep point): base,
     told when measured, and the oracle, graded as `summary` grades them."""
     sc = result["scenarios"][scenario]
-    ref, g = sc["reference"], SCENARIOS[scenario]
-    base, oracle = ref["base"], ref[f"oracle/{seed}"]
-    cols = {"base": column(g, base, base)}
-    if ref.get("told"):
-        cols["told"] = column(g, ref["told"], base)
-    cols["oracle"] = column(g, oracle["eval"], base) | {"kept": oracle["kept"], "samples": oracle["samples"],
-                                                       "adapter": oracle["adapter"]}
+    ref = sc["reference"]
+    oracle = ref[f"oracle/{seed}"]
+    cols = reference_columns(SCENARIOS[scenario], ref, ref["base"], seed)
     return {"scenario": scenario, "preference": sc["preference"], "seed": seed, "model": Path(result["config"]["model"]).name,
             "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
             "oracle_settings": oracle["settings"], "oracle_k": oracle["k"], "oracle_pass_rate": oracle["pass_rate"],

@@ -181,11 +181,14 @@ class Scorer:
         """What the fit reads, by FEATURES: `probe`'s log-odds, then the four contrasts (each
         log-ratio of `contrast`, summed and per token), then `probe`'s hidden state."""
         probe = self.probe(evidence, question, answer, cancel) if "probe" in FEATURES else []
-        contrast: list[float] = []
-        if "contrast" in FEATURES:
-            plain, neutral, n = self.contrast(evidence, question, answer, cancel)
-            contrast = [plain, plain / max(n, 1), neutral, neutral / max(n, 1)]
+        contrast = self.contrasts(evidence, question, answer, cancel) if "contrast" in FEATURES else []
         return probe[:1] + contrast + probe[1:]
+
+    def contrasts(self, evidence: list[str], question: str, answer: str,
+                  cancel: threading.Event | None = None) -> list[float]:
+        """`contrast`'s two log-ratios as the fit reads them: each summed over the answer, then per token."""
+        plain, neutral, n = self.contrast(evidence, question, answer, cancel)
+        return [plain, plain / max(n, 1), neutral, neutral / max(n, 1)]
 
     def probe(self, evidence: list[str], question: str, answer: str,
               cancel: threading.Event | None = None) -> list[float]:
