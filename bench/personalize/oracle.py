@@ -12,6 +12,12 @@ With only positive, on-policy samples, the first-use PPO ratio is 1 and the RL l
 likelihood of the kept answers: supervised fine-tuning on the model's own best samples, through
 the daemon's backend, learning rate, batch, epochs and gate. The loop's gain is read as a share of
 this one. A result is cached by model file, scenario, seed, K and settings.
+
+With `--oracle-contrast`, each failing sample of a prompt that has a passing one also gets −1: the
+labels a perfect GRPO scorer would give (reward minus the group's mean has the sign of pass or
+fail). What the passing and failing answers to one prompt share, their content, is then pushed
+both ways; what differs, the preference, one way. Plain +1 reinforces every token of a kept
+answer, its mistakes too (measured: the wrong-content share doubled at lr 5e-4, docs/learning.md).
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ def oracle_keep(sc: Scenario, samples: list[dict[str, Any]]) -> list[dict[str, A
     return [s for s in samples if sc.check(s["prompt"], s["text"])]
 
 
+def oracle_labels(sc: Scenario, samples: list[dict[str, Any]], contrast: bool) -> list[tuple[dict[str, Any], int]]:
+    """(sample, ±1) in sample order: +1 on what the checker passes; with `contrast`, −1 on the
+    failing samples of each prompt that has a passing one (a prompt with none teaches nothing)."""
+    kept = {id(s) for s in oracle_keep(sc, samples)}
+    contrasted = {s["prompt"] for s in samples if id(s) in kept} if contrast else set()
+    return [(s, 1 if id(s) in kept else -1) for s in samples if id(s) in kept or s["prompt"] in contrasted]
+
+
 def sample(d: Daemon, sc: Scenario, seed: int, k: int, max_tokens: int) -> list[dict[str, Any]]:
     """K answers to each conversation prompt at the served temperature, each its own closed session."""
     prompts = list(sc.prompts)
@@ -51,10 +65,10 @@ def sample(d: Daemon, sc: Scenario, seed: int, k: int, max_tokens: int) -> list[
     return out
 
 
-def train_on(d: Daemon, kept: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
-    """+1 feedback on each kept answer, then every round the daemon trains on them, to the last one."""
-    for s in kept:
-        r = httpx.post(d.url + "/v1/feedback", json={"id": s["id"], "score": 1}, timeout=60)
+def train_on(d: Daemon, labels: list[tuple[dict[str, Any], int]], timeout: float) -> list[dict[str, Any]]:
+    """Each label as explicit feedback, then every round the daemon trains on them, to the last one."""
+    for s, score in labels:
+        r = httpx.post(d.url + "/v1/feedback", json={"id": s["id"], "score": score}, timeout=60)
         r.raise_for_status()
     rounds: list[dict[str, Any]] = []
     while True:
@@ -80,20 +94,24 @@ def run_oracle(sc: Scenario, seed: int, args: argparse.Namespace, pools: list[tu
     home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-oracle-{sc.name}-{seed}-"))
     d = Daemon("rl", args, home).start()
     try:
-        key = json.dumps([d.model_key(), sc.name, sc.prompts, seed, args.oracle_k, args.max_tokens, d.settings, pools])
+        key = json.dumps([d.model_key(), sc.name, sc.prompts, seed, args.oracle_k, args.max_tokens, d.settings, pools]
+                         + (["contrast"] if args.oracle_contrast else []))  # the plain oracle keeps its cached key
         path = cache / f"oracle-{sc.name}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if path.is_file():
             return json.loads(path.read_text()) | {"cached": path.name}
         t0 = time.time()
         samples = sample(d, sc, seed, args.oracle_k, args.max_tokens)
         kept = oracle_keep(sc, samples)
-        print(f"  oracle: {len(kept)} of {len(samples)} samples meet the preference ({time.time() - t0:.0f}s)", flush=True)
-        rounds = train_on(d, kept, args.round_timeout)
+        labels = oracle_labels(sc, samples, args.oracle_contrast)
+        print(f"  oracle: {len(kept)} of {len(samples)} samples meet the preference, {len(labels) - len(kept)} "
+              f"failing ones contrasted ({time.time() - t0:.0f}s)", flush=True)
+        rounds = train_on(d, labels, args.round_timeout)
         live = (d.status()["adapter"] or {}).get("version")  # None: the gate passed none, the base is scored
         ev = greedy_answers(d, pools, args.max_tokens)
         kept_ids = {s["id"] for s in kept}
         rec = {"k": args.oracle_k, "samples": len(samples), "kept": len(kept), "settings": d.settings,
-               "pass_rate": len(kept) / len(samples), "rounds": rounds, "adapter": live, "eval": ev,
+               "pass_rate": len(kept) / len(samples),
+               "contrasted": len(labels) - len(kept), "rounds": rounds, "adapter": live, "eval": ev,
                "answers": [{"prompt": s["prompt"], "text": s["text"], "kept": s["id"] in kept_ids} for s in samples],
                "seconds": round(time.time() - t0, 1)}
         cache.mkdir(parents=True, exist_ok=True)
