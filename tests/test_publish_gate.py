@@ -187,8 +187,8 @@ def _reasons(gate: GateResult, prefix: str) -> list[str]:
     return [r for r in gate.reasons if r.startswith(prefix)]
 
 
-# The `gated` fixture trains four adapters and gates five: 12-14 minutes on 2 cores shared with
-# other work (one Adam step of 8 short sequences ≈ 20 s there), more than the suite's 600 s a test.
+# The `gated` fixture trains four adapters and gates five: 6.5 minutes on 2 cores in the whole suite
+# (394 s at b03818c), up to twice that on cores shared with other work: more than the suite's 600 s a test.
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name", PLANTED)
 def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
