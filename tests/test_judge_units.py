@@ -4,6 +4,7 @@ modes, evidence hints and the tool-output rule, cutting, and the corpus itself."
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +190,24 @@ def test_corpus_is_well_formed_and_the_splits_are_apart():
     assert not pairs(tune) & pairs(held) and not pairs(tune) & pairs(held2) and not pairs(held) & pairs(held2)
     assert not {(s[0].lower(), s[3].lower()) for s in SHOTS} & (pairs(tune) | pairs(held) | pairs(held2) | pairs(held3)
                                                                | pairs(quoted))
+
+
+def test_the_pairwise_scorer_bench_cancels_position_and_reads_pairs_as_the_daemon_would():
+    from bench.judge.pairwise import as_case, choose_margin, mixed_pairs, report, symmetric
+
+    # read A-first: +3 for the meeting answer; read it second: the other got +1 → preference (3 - 1) / 2
+    assert symmetric(3.0, 1.0) == 1.0
+    assert symmetric(2.0, 2.0) == 0.0  # "always A" whatever the order: a tie, not a win
+    case = {"scenario": "s", "answers": [{"text": "a", "meets": True}, {"text": "bb\nb", "meets": False},
+                                         {"text": "c", "meets": True}, {"text": "dd", "meets": False}]}
+    assert mixed_pairs(case) == [("a", "bb\nb"), ("a", "dd"), ("c", "bb\nb"), ("c", "dd")]
+    # a pair as two answers' mean win probabilities: the gap is 2 sigmoid(d) - 1
+    (p, good), (q, bad) = as_case(math.log(3))
+    assert good and not bad and abs(p - 0.75) < 1e-12 and abs(p - q - 0.5) < 1e-12
+    # 4 pairs, one the wrong way at a gap of 0.5 (d = log 3): the margin must pass it
+    prefs = [[math.log(9), math.log(9), -math.log(3), math.log(9)]]
+    assert choose_margin([as_case(x) for x in prefs[0]], 0.0) == 0.55
+    r = report([case], prefs, 0.55)
+    assert r["all"]["pairs"] == 4 and r["all"]["decided"] == 0.75 and r["all"]["wrong_sign"] == 0.0
+    assert r["all"]["auc_any_margin"] == 0.75 and r["mode"] == "trusted"
+    assert r["all"]["length_auc"] == 1.0 and r["all"]["lines_auc"] == 0.75  # shorter first; fewer lines (ties half)
