@@ -20,20 +20,15 @@ bench/results/scorer-pairwise-<model>.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-from bench.judge.scorer import HELDOUT, ROOT
-from clawd.config import Settings, bundled_model_path
-from clawd.engine.engine import Engine
+from bench.judge.scorer import HELDOUT, ROOT, setup
 from clawd.judge.judge import Judge
 from clawd.judge.scorer import CASES, MARGINS, MIN_DECIDED, QUESTION_CHARS, _cut, load_cases, pair_metrics
 
@@ -107,14 +102,7 @@ def report(cases: list[dict], prefs: list[list[float]], margin: float) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", type=Path, default=None, help="GGUF (default: the bundled SmolLM2)")
-    p.add_argument("--split", choices=("tune", "all"), default="all")
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args()
-    model = args.model or bundled_model_path()
-    settings = Settings(home=Path(tempfile.mkdtemp(prefix="clawd-pairwise-")))
-    judge = Judge(Engine(model, n_ctx=4096, threads=args.threads), None, settings)
+    args, model, settings, judge = setup(__doc__)
     tune = load_cases(CASES)
     t0 = time.perf_counter()
     prefs = read(judge, tune)

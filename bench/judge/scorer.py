@@ -85,16 +85,21 @@ def report(cases: list[dict], rewards: list[list[tuple[float, bool]]], margin: f
             "by_scenario": {k: one([c for c, _ in v], [r for _, r in v]) for k, v in sorted(by.items())}}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def setup(doc: str) -> tuple[argparse.Namespace, Path, Settings, Judge]:
+    """The scorer benches' command line: (args, model, settings in a fresh home, a judge on the model)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--model", type=Path, default=None, help="GGUF (default: the bundled SmolLM2)")
     p.add_argument("--split", choices=("tune", "all"), default="all")
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     model = args.model or bundled_model_path()
-    engine = Engine(model, n_ctx=4096, threads=args.threads)
     settings = Settings(home=Path(tempfile.mkdtemp(prefix="clawd-scorer-")))
-    scorer = Scorer(Judge(engine, None, settings), settings.home / "judge", settings.judge_max_wrong_sign)
+    return args, model, settings, Judge(Engine(model, n_ctx=4096, threads=args.threads), None, settings)
+
+
+def main() -> None:
+    args, model, settings, judge = setup(__doc__)
+    scorer = Scorer(judge, settings.home / "judge", settings.judge_max_wrong_sign)
     out: dict = {"model": model.name, "components": COMPONENTS,
                  "cases": {"tune": str(CASES.relative_to(ROOT)), "heldout": str(HELDOUT.relative_to(ROOT))}}
     tune = load_cases(CASES)
