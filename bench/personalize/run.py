@@ -29,22 +29,24 @@ every curve's point at 0 feedback turns. At the end, the judge's verdicts are re
 database and compared with the simulator's truth.
 
 Results: bench/out/personalize.json (every answer) and .png; bench/results/personalize-SCENARIO-
-METHOD-seedN-Tturns.json, one summary per run, to commit (personalize_report.py writes and prints them).
+METHOD-seedN-Tturns.json, one summary per run, to commit (report.py writes and prints them).
 
 Each scenario is reported in four columns, measured in the same run on the same held-out prompts
 (32 or more a scenario, each with known-answer content): base (the untrained weights), told (the
 base with the preference in the prompt, as the OPD teacher sees it), oracle (the daemon trained on
-its own samples that the checker passes: what a perfect scorer would reach, personalize_oracle.py)
+its own samples that the checker passes: what a perfect scorer would reach, oracle.py)
 and loop (what the daemon learned from the simulated user). Each comes with a bootstrap 95%
-interval, continuous measures (personalize_measures.py), probes lost against the base, and the loop's
-gain as a share of the oracle's. The base and told answers and the oracle's record are cached in
-OUT/cache by model file and settings. The control user (--scenarios control) has no hidden
+interval, continuous measures (measures.py), probes lost against the base, and the loop's
+gain as a share of the oracle's. The base and told answers, the oracle's record and each finished loop
+run are cached in OUT/cache by model file and settings: a sweep run again with the same flags in
+the next sitting picks up where the last one stopped. The control user (--scenarios control) has no hidden
 preference: its runs are scored on every pool, and every scenario's adherence must stay where it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import shutil
@@ -205,6 +207,14 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
                                "model": Path(d.status()["model"]["path"]).name,
                                "curve": [{"feedback_turns": 0, "adapter": None, "eval": ref["base"]}], "turns": [],
                                "rounds": []}
+        # A finished loop run is kept like the reference columns, so that a sweep spanning sittings
+        # picks up where the last one stopped (its summary was written when it finished).
+        key = json.dumps([d.model_key(), sc.name, sc.prompts, method, seed, args.turns, args.max_tokens,
+                          args.score_every_adapter, d.settings, pools])
+        done = cache / f"loop-{sc.name}-{method}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
+        if loop and done.is_file():
+            print(f"  loop: finished in an earlier sitting ({done.name})", flush=True)
+            return json.loads(done.read_text()) | {"cached": done.name}
         if loop:
             converse_and_learn(d, sc, seed, args, run, pools)
             if not args.score_every_adapter:
@@ -223,6 +233,9 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         d.stop()
     shutil.rmtree(home, ignore_errors=True)  # after the stop: a live daemon still writes its log there
     run["seconds"] = round(time.time() - t0, 1)
+    if loop:
+        cache.mkdir(parents=True, exist_ok=True)
+        done.write_text(json.dumps(run, ensure_ascii=False))
     return run
 
 

@@ -280,7 +280,7 @@ class Scenario:
     preference: str  # what the user wants, for the report; the daemon never sees it
     check: Callable[[str, str], bool]  # (question, reply): answers it, and as the user wants
     complaints: tuple[str, ...]  # what the user says when an answer misses the preference
-    pool: str  # the prompt pool: conversation prompts and held-out prompts (personalize_prompts)
+    pool: str  # the prompt pool: conversation prompts and held-out prompts (prompts.py)
     prompts: tuple[str, ...]  # asked in conversation
 
     @property
