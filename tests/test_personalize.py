@@ -381,15 +381,15 @@ def test_the_oracle_keeps_exactly_what_the_checker_passes():
                {"prompt": q, "id": "e", "text": "Keep the soil moist, not wet, and wipe dust off the leaves."}]
     assert [s["id"] for s in oracle_keep(sc, samples)] == ["a", "e"]
     assert [s["id"] for s in oracle_keep(sc, samples)] == [s["id"] for s in samples if sc.check(q, s["text"])]
-    assert [(s["id"], y) for s, y in oracle_labels(sc, samples, contrast=False)] == [("a", 1), ("e", 1)]
+    assert [(s["id"], y) for s, y in oracle_labels(sc, samples, pairs=False)] == [("a", 1), ("e", 1)]
 
-    # the contrast: the failing samples of a prompt with a passing one get -1, in sample order; a
-    # prompt none of whose samples passes gives no label at all
+    # GRPO's labels: each prompt's passing and failing samples paired in order, each prompt's labels
+    # summing to zero; the unmatched failing ones, and a prompt none of whose samples passes, give none
     other = "Name three planets."
     samples += [{"prompt": other, "id": "f", "text": "- Mars\n- Venus\n- Earth"},
                 {"prompt": other, "id": "g", "text": "1. Mars\n2. Venus\n3. Earth"}]
-    assert [(s["id"], y) for s, y in oracle_labels(sc, samples, contrast=True)] == [
-        ("a", 1), ("b", -1), ("c", -1), ("d", -1), ("e", 1)]
+    assert [(s["id"], y) for s, y in oracle_labels(sc, samples, pairs=True)] == [
+        ("a", 1), ("b", -1), ("c", -1), ("e", 1)]
 
 
 def test_reach_counts_greedy_and_sampled_answers_apart():

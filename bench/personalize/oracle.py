@@ -13,11 +13,15 @@ likelihood of the kept answers: supervised fine-tuning on the model's own best s
 the daemon's backend, learning rate, batch, epochs and gate. The loop's gain is read as a share of
 this one. A result is cached by model file, scenario, seed, K and settings.
 
-With `--oracle-contrast`, each failing sample of a prompt that has a passing one also gets −1: the
-labels a perfect GRPO scorer would give (reward minus the group's mean has the sign of pass or
-fail). What the passing and failing answers to one prompt share, their content, is then pushed
-both ways; what differs, the preference, one way. Plain +1 reinforces every token of a kept
-answer, its mistakes too (measured: the wrong-content share doubled at lr 5e-4, docs/learning.md).
+With `--oracle-pairs`, the labels are the ones a perfect GRPO scorer gives instead: within each
+prompt, a passing and a failing sample are paired in sample order, +1 and -1, and the rest are left
+out, so that each prompt's labels sum to zero as GRPO's advantages (reward minus the group's mean)
+do. What a pair's answers share, their content, is pushed both ways; what differs, the
+preference, one way; a prompt whose samples all pass or all fail teaches nothing, as in GRPO.
+(Plain +1 reinforces every token of a kept answer, its mistakes too: the wrong-content share
+doubled at lr 5e-4. Unpaired -1 on every failing sample was worse: with more failing than passing
+samples per prompt, the shared content was pushed down, and the gate rejected the adapters for
+making the kept answers less likely. docs/learning.md has both.)
 """
 
 from __future__ import annotations
@@ -43,12 +47,18 @@ def oracle_keep(sc: Scenario, samples: list[dict[str, Any]]) -> list[dict[str, A
     return [s for s in samples if sc.check(s["prompt"], s["text"])]
 
 
-def oracle_labels(sc: Scenario, samples: list[dict[str, Any]], contrast: bool) -> list[tuple[dict[str, Any], int]]:
-    """(sample, ±1) in sample order: +1 on what the checker passes; with `contrast`, −1 on the
-    failing samples of each prompt that has a passing one (a prompt with none teaches nothing)."""
+def oracle_labels(sc: Scenario, samples: list[dict[str, Any]], pairs: bool) -> list[tuple[dict[str, Any], int]]:
+    """(sample, ±1) in sample order: +1 on what the checker passes; with `pairs`, only each prompt's
+    (pass, fail) pairs, matched in sample order, +1 and -1 (the unmatched rest left out)."""
     kept = {id(s) for s in oracle_keep(sc, samples)}
-    contrasted = {s["prompt"] for s in samples if id(s) in kept} if contrast else set()
-    return [(s, 1 if id(s) in kept else -1) for s in samples if id(s) in kept or s["prompt"] in contrasted]
+    if not pairs:
+        return [(s, 1) for s in samples if id(s) in kept]
+    chosen: set[int] = set()
+    for prompt in dict.fromkeys(s["prompt"] for s in samples):
+        group = [s for s in samples if s["prompt"] == prompt]
+        for good, bad in zip([s for s in group if id(s) in kept], [s for s in group if id(s) not in kept]):
+            chosen |= {id(good), id(bad)}
+    return [(s, 1 if id(s) in kept else -1) for s in samples if id(s) in chosen]
 
 
 def sample(d: Daemon, sc: Scenario, seed: int, k: int, max_tokens: int) -> list[dict[str, Any]]:
@@ -95,23 +105,23 @@ def run_oracle(sc: Scenario, seed: int, args: argparse.Namespace, pools: list[tu
     d = Daemon("rl", args, home).start()
     try:
         key = json.dumps([d.model_key(), sc.name, sc.prompts, seed, args.oracle_k, args.max_tokens, d.settings, pools]
-                         + (["contrast"] if args.oracle_contrast else []))  # the plain oracle keeps its cached key
+                         + (["pairs"] if args.oracle_pairs else []))  # the plain oracle keeps its cached key
         path = cache / f"oracle-{sc.name}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if path.is_file():
             return json.loads(path.read_text()) | {"cached": path.name}
         t0 = time.time()
         samples = sample(d, sc, seed, args.oracle_k, args.max_tokens)
         kept = oracle_keep(sc, samples)
-        labels = oracle_labels(sc, samples, args.oracle_contrast)
-        print(f"  oracle: {len(kept)} of {len(samples)} samples meet the preference, {len(labels) - len(kept)} "
-              f"failing ones contrasted ({time.time() - t0:.0f}s)", flush=True)
+        labels = oracle_labels(sc, samples, args.oracle_pairs)
+        print(f"  oracle: {len(kept)} of {len(samples)} samples meet the preference; {len(labels)} labeled "
+              f"({time.time() - t0:.0f}s)", flush=True)
         rounds = train_on(d, labels, args.round_timeout)
         live = (d.status()["adapter"] or {}).get("version")  # None: the gate passed none, the base is scored
         ev = greedy_answers(d, pools, args.max_tokens)
         kept_ids = {s["id"] for s in kept}
         rec = {"k": args.oracle_k, "samples": len(samples), "kept": len(kept), "settings": d.settings,
                "pass_rate": len(kept) / len(samples),
-               "contrasted": len(labels) - len(kept), "rounds": rounds, "adapter": live, "eval": ev,
+               "labels": [y for _, y in labels], "rounds": rounds, "adapter": live, "eval": ev,
                "answers": [{"prompt": s["prompt"], "text": s["text"], "kept": s["id"] in kept_ids} for s in samples],
                "seconds": round(time.time() - t0, 1)}
         cache.mkdir(parents=True, exist_ok=True)

@@ -132,7 +132,7 @@ def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str
     return {"scenario": scenario, "preference": sc["preference"], "seed": seed, "model": Path(result["config"]["model"]).name,
             "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
             "oracle_settings": oracle["settings"], "oracle_k": oracle["k"], "oracle_pass_rate": oracle["pass_rate"],
-            "oracle_contrasted": oracle.get("contrasted", 0),
+            "oracle_labels": {"plus": oracle.get("labels", []).count(1), "minus": oracle.get("labels", []).count(-1)},
             "oracle_rounds": oracle["rounds"], "oracle_seconds": oracle["seconds"],
             "heldout_prompts": sc["heldout"], "probes": sc["probes"], "columns": cols}
 
@@ -141,8 +141,8 @@ def write_oracle_summaries(result: dict[str, Any]) -> None:
     """bench/results/personalize-SCENARIO-oracle-seedN[-DAEMON-ARGS].json for every oracle seed run."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     tag = re.sub(r"[^A-Za-z0-9.]+", "-", result["config"].get("daemon_args") or "").strip("-")
-    if result["config"].get("oracle_contrast"):
-        tag = "-".join(["contrast", *filter(None, [tag])])
+    if result["config"].get("oracle_pairs"):
+        tag = "-".join(["pairs", *filter(None, [tag])])
     for scenario, sc in result["scenarios"].items():
         for key in sc.get("reference", {}):
             if key.startswith("oracle/") and "base" in sc["reference"]:

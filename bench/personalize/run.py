@@ -100,8 +100,8 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=24,
                    help="feedback turns (answers the user reacted to) per run; the daemon trains every train_batch (8)")
     p.add_argument("--oracle-k", type=int, default=4, help="the oracle's samples per conversation prompt")
-    p.add_argument("--oracle-contrast", action="store_true",
-                   help="the oracle also gives -1 to the failing samples of each prompt with a passing one (GRPO's labels)")
+    p.add_argument("--oracle-pairs", action="store_true",
+                   help="the oracle labels each prompt's (pass, fail) sample pairs +1 and -1, and nothing else (GRPO's labels)")
     p.add_argument("--max-tokens", type=int, default=160, help="longest answer, in conversation and on held-out prompts")
     p.add_argument("--threads", type=int, help="CPU threads for the daemon (llama.cpp and training)")
     p.add_argument("--daemon-args", default="", help='more `clawd serve` flags, e.g. "--train-batch 8"; recorded')
