@@ -117,11 +117,15 @@ def run_oracle(sc: Scenario, seed: int, args: argparse.Namespace, pools: list[tu
               f"({time.time() - t0:.0f}s)", flush=True)
         rounds = train_on(d, labels, args.round_timeout)
         live = (d.status()["adapter"] or {}).get("version")  # None: the gate passed none, the base is scored
+        # every round's adapter with its gate verdict (`rounds` sees only what changed between waits)
+        listed = httpx.get(d.url + "/v1/clawd/adapters", timeout=60).json()["adapters"]
+        adapters = [{"version": a["version"], "status": a["status"], "parent": a["parent"],
+                     "reasons": (a["gate"] or {}).get("reasons", [])} for a in listed]
         ev = greedy_answers(d, pools, args.max_tokens)
         kept_ids = {s["id"] for s in kept}
         rec = {"k": args.oracle_k, "samples": len(samples), "kept": len(kept), "settings": d.settings,
                "pass_rate": len(kept) / len(samples),
-               "labels": [y for _, y in labels], "rounds": rounds, "adapter": live, "eval": ev,
+               "labels": [y for _, y in labels], "rounds": rounds, "adapters": adapters, "adapter": live, "eval": ev,
                "answers": [{"prompt": s["prompt"], "text": s["text"], "kept": s["id"] in kept_ids} for s in samples],
                "seconds": round(time.time() - t0, 1)}
         cache.mkdir(parents=True, exist_ok=True)

@@ -133,7 +133,7 @@ def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str
             "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
             "oracle_settings": oracle["settings"], "oracle_k": oracle["k"], "oracle_pass_rate": oracle["pass_rate"],
             "oracle_labels": {"plus": oracle.get("labels", []).count(1), "minus": oracle.get("labels", []).count(-1)},
-            "oracle_rounds": oracle["rounds"], "oracle_seconds": oracle["seconds"],
+            "oracle_rounds": oracle["rounds"], "oracle_adapters": oracle.get("adapters", []), "oracle_seconds": oracle["seconds"],
             "heldout_prompts": sc["heldout"], "probes": sc["probes"], "columns": cols}
 
 
