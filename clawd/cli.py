@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .config import ConfigError, Settings, default_home, ensure_home, write_config_file
-from .store.records import GateResult, TrainEvent
+from .store.records import GateResult
 
 _TYPES = {int: int, float: float, str: str, Path: Path}
 
@@ -232,8 +232,6 @@ def cmd_publish(ns: argparse.Namespace) -> None:
 # -- training (design §7) ----------------------------------------------------------------------
 def cmd_train(ns: argparse.Namespace) -> None:
     """One training round in the foreground, with a progress bar."""
-    import logging
-
     if not ns.once:
         sys.exit("the daemon trains by itself when idle; `clawd train --once` runs one round now, in the foreground")
     overrides = {k: v for k, v in (("train_method", ns.round_method), ("train_batch", ns.round_batch)) if v is not None}
@@ -241,36 +239,9 @@ def cmd_train(ns: argparse.Namespace) -> None:
     if _online(settings, ns) and _asked_daemon(settings, "train", bool(overrides) or any(
             k in vars(ns) for k in Settings.model_fields if k not in ("home", "log_level"))):
         return
-    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from .cli_offline import train_here
 
-    from .train.loop import TrainError, run_round
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn()) as bar:
-        task = bar.add_task("loading model", total=None, info="")
-
-        def progress(e: TrainEvent) -> None:
-            if e.event == "start":
-                bar.update(task, description=f"run {e.run_id}: {e.detail['samples']} turns", total=e.steps,
-                           completed=e.step, info=f"{e.detail['backend']} on {e.detail['device']}")
-            elif e.event == "step":
-                bar.update(task, completed=e.step, info=f"loss {e.loss:+.4f}")
-
-        try:
-            result = run_round(settings, progress=progress)
-        except TrainError as e:
-            sys.exit(str(e))
-    if result is None:
-        sys.exit(f"nothing to train: no judged main turns with a {settings.train_method} signal that a finished run "
-                 "has not used (`clawd status` shows how many are judged)")
-    m = result.metrics
-    turns = m['samples'] - m['group_answers']
-    reward = f", mean reward {m['mean_reward']:+.2f}" if m['mean_reward'] is not None else ""
-    groups = f", {m['groups']} GRPO groups ({m['group_answers']} answers)" if m['groups'] else ""
-    print(f"adapter {result.version:04d} written to {result.path}: {turns} turns{reward}{groups}, "
-          f"loss {m['losses'][0]:+.4f} → {m['losses'][-1]:+.4f} in {m['seconds']:.0f}s. "
-          "`clawd publish` gates it and puts it live.")
+    train_here(settings)
 
 
 def _asked_daemon(settings: Settings, job: str, own_settings: bool) -> bool:
@@ -306,41 +277,12 @@ def cmd_judge(ns: argparse.Namespace) -> None:
     if not ns.once:
         sys.exit("clawd judge runs with --once: it judges the backlog and exits. "
                  "A running daemon judges on its own when idle.")
-    import logging
-
-    from rich.logging import RichHandler
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from .engine.engine import Engine
-    from .judge.judge import Judge
-    from .store.store import Store
-
     settings = _settings(ns)
     if _online(settings, ns) and _asked_daemon(settings, "judge", False):
         return
-    ensure_home(settings.home)
-    store = Store(settings.home / "clawd.db")
-    progress = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.description}"))
-    logging.basicConfig(level=settings.log_level.upper(), format="%(message)s", force=True,
-                        handlers=[RichHandler(console=progress.console, show_path=False)])
-    # The serving context goes unused here: keep it small. The judge's own context is sized by
-    # judge_budget_tokens.
-    engine = Engine(settings.resolved_model(), n_ctx=512, threads=settings.threads, batch=settings.batch,
-                    gpu_layers=settings.gpu_layers)
-    judge = Judge(engine, store, settings)
-    total = judge.backlog_size()
-    scores = {1: 0, 0: 0, -1: 0}
+    from .cli_offline import judge_here
 
-    def judged(turn, j) -> None:
-        scores[j.score] += 1
-        progress.update(task, advance=1, description=f"+1: {scores[1]}  0: {scores[0]}  -1: {scores[-1]}")
-
-    with progress:
-        task = progress.add_task("", total=total)
-        done = judge.run_backlog(on_judged=judged)
-    print(f"judged {done} turn(s) by {settings.judge_method} with {engine.model_path.name}; "
-          f"{judge.backlog_size()} left")
+    judge_here(settings)
 
 
 def cmd_merge(ns: argparse.Namespace) -> None:
