@@ -193,7 +193,8 @@ def test_corpus_is_well_formed_and_the_splits_are_apart():
 
 
 def test_the_pairwise_scorer_bench_cancels_position_and_reads_pairs_as_the_daemon_would():
-    from bench.judge.pairwise import as_case, choose_margin, mixed_pairs, report, symmetric
+    from bench.judge.pairwise import as_case, mixed_pairs, report, symmetric
+    from clawd.judge.scorer import measure
 
     # read A-first: +3 for the meeting answer; read it second: the other got +1 → preference (3 - 1) / 2
     assert symmetric(3.0, 1.0) == 1.0
@@ -206,7 +207,7 @@ def test_the_pairwise_scorer_bench_cancels_position_and_reads_pairs_as_the_daemo
     assert good and not bad and abs(p - 0.75) < 1e-12 and abs(p - q - 0.5) < 1e-12
     # 4 pairs, one the wrong way at a gap of 0.5 (d = log 3): the margin must pass it
     prefs = [[math.log(9), math.log(9), -math.log(3), math.log(9)]]
-    assert choose_margin([as_case(x) for x in prefs[0]], 0.0) == 0.55
+    assert measure([as_case(x) for x in prefs[0]], [[1, 4]] * 4, "m", 0.0, 0).margin == 0.55
     r = report([case], prefs, 0.55)
     assert r["all"]["pairs"] == 4 and r["all"]["decided"] == 0.75 and r["all"]["wrong_sign"] == 0.0
     assert r["all"]["auc_any_margin"] == 0.75 and r["mode"] == "trusted"

@@ -24,13 +24,12 @@ import json
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
 
 import numpy as np
 
-from bench.judge.scorer import HELDOUT, ROOT, setup
+from bench.judge.scorer import HELDOUT, ROOT, baseline, setup
 from clawd.judge.judge import Judge
-from clawd.judge.scorer import CASES, MARGINS, MIN_DECIDED, QUESTION_CHARS, _cut, load_cases, pair_metrics
+from clawd.judge.scorer import CASES, MIN_DECIDED, QUESTION_CHARS, _cut, load_cases, measure, pair_metrics
 
 SYSTEM = "You compare answers for one user, who has told the assistant before what they want."
 LABELS = ("A", "B")
@@ -62,10 +61,6 @@ def as_case(preference: float) -> list[tuple[float, bool]]:
     return [(p, True), (1 - p, False)]
 
 
-def choose_margin(cases: list[list[tuple[float, bool]]], max_wrong_sign: float) -> float:
-    return next((m for m in MARGINS if pair_metrics(cases, m)["wrong_sign"] <= max_wrong_sign), 1.0)
-
-
 def read(judge: Judge, cases: list[dict]) -> list[list[float]]:
     """Each case's pair preferences (two forward passes a pair), each case's time printed."""
     out = []
@@ -85,9 +80,7 @@ def read(judge: Judge, cases: list[dict]) -> list[list[float]]:
 
 
 def report(cases: list[dict], prefs: list[list[float]], margin: float) -> dict:
-    def baseline(cs: list[dict], key: Callable[[str], float]) -> float:
-        return pair_metrics([[(-key(g), True), (-key(b), False)] for c in cs for g, b in mixed_pairs(c)], 0.0)["auc"]
-
+    # the baselines rank each case's answers: pair_metrics reads the same (meets, misses) pairs
     def one(cs: list[dict], ps: list[list[float]]) -> dict:
         pairs = [as_case(x) for p in ps for x in p]
         return {"cases": len(cs), **pair_metrics(pairs, margin), "auc_any_margin": pair_metrics(pairs, 0.0)["auc"],
@@ -107,7 +100,9 @@ def main() -> None:
     t0 = time.perf_counter()
     prefs = read(judge, tune)
     pairs = sum(len(x) for x in prefs)
-    margin = choose_margin([as_case(x) for p in prefs for x in p], settings.judge_max_wrong_sign)
+    # the margin as the daemon chooses it (Scorer.trust), each pair a case of two answers
+    margin = measure([as_case(x) for p in prefs for x in p], [[len(g), len(b)] for c in tune for g, b in mixed_pairs(c)],
+                     model.name, settings.judge_max_wrong_sign, 0).margin
     out = {"model": model.name, "seconds_per_pair": round((time.perf_counter() - t0) / max(pairs, 1), 2),
            "tune": report(tune, prefs, margin)}
     if args.split == "all":

@@ -214,8 +214,8 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         done = cache / f"loop-{sc.name}-{method}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if loop and done.is_file():
             print(f"  loop: finished in an earlier sitting ({done.name})", flush=True)
-            return json.loads(done.read_text()) | {"cached": done.name}
-        if loop:
+            run = json.loads(done.read_text()) | {"cached": done.name}
+        elif loop:
             converse_and_learn(d, sc, seed, args, run, pools)
             if not args.score_every_adapter:
                 live = (d.status()["adapter"] or {}).get("version")
@@ -232,6 +232,8 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
     finally:
         d.stop()
     shutil.rmtree(home, ignore_errors=True)  # after the stop: a live daemon still writes its log there
+    if "cached" in run:
+        return run
     run["seconds"] = round(time.time() - t0, 1)
     if loop:
         cache.mkdir(parents=True, exist_ok=True)
