@@ -162,12 +162,13 @@ def test_known_answers():
 
 def test_grade_heldout():
     sc, q = SCENARIOS["no_lists"], "What is a black hole?"
-    assert grade_heldout(sc, q, q) == {"ok": False, "non_answer": "echo", "known": False}
-    assert grade_heldout(sc, q, "") == {"ok": False, "non_answer": "empty", "known": False}
+    assert grade_heldout(sc, q, q) == {"ok": False, "non_answer": "echo", "known": False, "form": False}
+    assert grade_heldout(sc, q, "") == {"ok": False, "non_answer": "empty", "known": False, "form": False}
     assert grade_heldout(sc, q, "A black hole is a region where gravity is so strong that not even light escapes.") \
-        == {"ok": True, "non_answer": None, "known": True}
-    assert grade_heldout(sc, q, "Black holes:\n- gravity\n- light") == {"ok": False, "non_answer": None, "known": True}
-    assert grade_heldout(sc, q, "A black hole is a hole that is black and found in space.")["known"] is False
+        == {"ok": True, "non_answer": None, "known": True, "form": True}
+    assert grade_heldout(sc, q, "Black holes:\n- gravity\n- light") == {"ok": False, "non_answer": None, "known": True, "form": False}
+    wrong = grade_heldout(sc, q, "A black hole is a hole that is black and found in space.")
+    assert wrong["known"] is False and wrong["form"] is True and wrong["ok"] is False  # the form without the content
 
 
 def test_the_user_complains_about_a_non_answer():
@@ -334,7 +335,7 @@ def test_every_scenario_checks_content_on_every_heldout_prompt():
     q = "How deep is Lake Baikal?"
     assert grade_heldout(sc, q, "Lake Baikal is 1,642 metres deep at its deepest point.")["ok"]
     damaged = grade_heldout(sc, q, "Lake Baikal is 90 metres deep at its deepest point.")
-    assert damaged == {"ok": False, "non_answer": None, "known": False}
+    assert damaged == {"ok": False, "non_answer": None, "known": False, "form": True}
     for pool in ("general", "measure", "coding"):
         assert all(k.words or k.ranges for k in heldout(pool).values()), pool
 

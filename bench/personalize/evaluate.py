@@ -217,7 +217,7 @@ def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:
         probes.append(p)
     keys = held[0]["measures"] if held else {}
     return {**{k: v for k, v in ev.items() if k not in ("heldout", "probes")}, "heldout": held, "probes": probes,
-            "adherence": _share(held, lambda h: h["ok"]),
+            "adherence": _share(held, lambda h: h["ok"]), "form": _share(held, lambda h: h["form"]),
             "degenerate": _share(held, lambda h: h["non_answer"] is not None),
             "non_answers": {why: sum(h["non_answer"] == why for h in held) for why in ("echo", "empty", "off-topic")},
             "wrong": _share(held, lambda h: h["non_answer"] is None and not h["known"]),

@@ -44,14 +44,18 @@ def _ci(x: tuple[float, float, float]) -> list[float]:
 def column(sc: Scenario, ev: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """One column's figures for scenario `sc`, against the base on the same prompts: adherence and its
     change with bootstrap 95% intervals [mean, low, high], the degenerate and wrong shares, the mean
-    continuous measures, probe accuracy and the probes lost (right on the base, wrong here) and gained."""
+    continuous measures, probe accuracy and the probes lost (right on the base, wrong here) and gained.
+    Beside adherence, the same two figures for the form alone (the preference met, content unchecked)."""
     g, b = grade(sc, ev), grade(sc, base)
     ok = [float(h["ok"]) for h in g["heldout"]]
     base_ok = {h["prompt"]: float(h["ok"]) for h in b["heldout"]}
+    form = [float(h["form"]) for h in g["heldout"]]
+    base_form = {h["prompt"]: float(h["form"]) for h in b["heldout"]}
     right = {p["question"]: p["ok"] for p in g["probes"]}
     base_right = {p["question"]: p["ok"] for p in b["probes"]}
     return {"adherence": _ci(interval(ok)),
             "gain": _ci(paired(ok, [base_ok[h["prompt"]] for h in g["heldout"]])),
+            "form": _ci(interval(form)), "form_gain": _ci(paired(form, [base_form[h["prompt"]] for h in g["heldout"]])),
             "degenerate": round(g["degenerate"], 3), "wrong": round(g["wrong"], 3),
             "non_answers": g["non_answers"], "measures": {k: round(v, 3) for k, v in g["measures"].items()},
             "probe_accuracy": round(g["probe_accuracy"], 3), "probe_degenerate": round(g["probe_degenerate"], 3),
@@ -132,8 +136,11 @@ def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str
     return {"scenario": scenario, "preference": sc["preference"], "seed": seed, "model": Path(result["config"]["model"]).name,
             "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
             "oracle_settings": oracle["settings"], "oracle_k": oracle["k"], "oracle_pass_rate": oracle["pass_rate"],
-            "oracle_labels": {"plus": oracle.get("labels", []).count(1), "minus": oracle.get("labels", []).count(-1)},
-            "oracle_rounds": oracle["rounds"], "oracle_adapters": oracle.get("adapters", []), "oracle_seconds": oracle["seconds"],
+            # records from before the labels and every round's adapter were kept have neither
+            **({"oracle_labels": {"plus": oracle["labels"].count(1), "minus": oracle["labels"].count(-1)}}
+               if "labels" in oracle else {"oracle_contrasted": oracle["contrasted"]} if "contrasted" in oracle else {}),
+            "oracle_rounds": oracle["rounds"], **({"oracle_adapters": oracle["adapters"]} if "adapters" in oracle else {}),
+            "oracle_seconds": oracle["seconds"],
             "heldout_prompts": sc["heldout"], "probes": sc["probes"], "columns": cols}
 
 
@@ -141,8 +148,9 @@ def write_oracle_summaries(result: dict[str, Any]) -> None:
     """bench/results/personalize-SCENARIO-oracle-seedN[-DAEMON-ARGS].json for every oracle seed run."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     tag = re.sub(r"[^A-Za-z0-9.]+", "-", result["config"].get("daemon_args") or "").strip("-")
-    if result["config"].get("oracle_pairs"):
-        tag = "-".join(["pairs", *filter(None, [tag])])
+    for labels in ("pairs", "contrast"):  # --oracle-pairs; --oracle-contrast, its predecessor, in old results
+        if result["config"].get(f"oracle_{labels}"):
+            tag = "-".join([labels, *filter(None, [tag])])
     for scenario, sc in result["scenarios"].items():
         for key in sc.get("reference", {}):
             if key.startswith("oracle/") and "base" in sc["reference"]:
@@ -188,7 +196,8 @@ def print_summary(result: dict[str, Any]) -> None:
                         c = cols[col]
                         lost = f", {len(c['probes_lost'])} probes lost" if col != "base" else ""
                         gain = f" ({c['gain'][0]:+.2f} [{c['gain'][1]:+.2f}, {c['gain'][2]:+.2f}])" if col != "base" else ""
-                        parts.append(f"{col} {_fmt(c['adherence'])}{gain}{lost}, degenerate {c['degenerate']:.2f}")
+                        parts.append(f"{col} {_fmt(c['adherence'])}{gain}{lost}, form {c['form'][0]:.2f}, "
+                                     f"wrong {c['wrong']:.2f}, degenerate {c['degenerate']:.2f}")
                 share = cols["loop"].get("share_of_oracle")
                 tail = f"; loop/oracle {share:.2f}" if share is not None else ""
                 print(f"  {key} {g}: " + "; ".join(parts) + tail)

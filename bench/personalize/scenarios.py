@@ -372,10 +372,13 @@ CONTROL = Scenario("control", "none: any right answer", right_answer,
 # -- grading ------------------------------------------------------------------------------------
 def grade_heldout(sc: Scenario, question: str, reply: str) -> dict:
     """A held-out answer's grade: passes (answers, with the known content, as the user wants), why it
-    is no answer at all (None when it is one), and whether it has the known content."""
+    is no answer at all (None when it is one), whether it has the known content, and whether it is
+    an answer in the user's form whatever its content (what the preference alone asks: the oracle
+    can teach the form and lose the content)."""
     why = non_answer(question, reply)
     known = why is None and has_known_answer(reply, sc.heldout[question])
-    return {"ok": known and sc.check(question, reply), "non_answer": why, "known": known}
+    form = why is None and sc.check(question, reply)
+    return {"ok": known and form, "non_answer": why, "known": known, "form": form}
 
 
 def probe_right(question: str, answer: str, accepted: tuple[str, ...]) -> bool:
