@@ -176,3 +176,35 @@ def test_openclaw_session_affinity_headers_key_the_session(daemon: Daemon):
     key = {r["id"]: r["key"] for r in daemon.rows("SELECT id, key FROM sessions")}
     assert key[a["session_id"]] == "header:capA:0" and key[b["session_id"]] == key[c["session_id"]] == "header:capB:0"
     assert daemon.rows("SELECT turn_id FROM next_states WHERE turn_id IN (?, ?)", (a["id"], b["id"]))[0][0] == b["id"]
+
+
+def test_a_multi_call_task_links_each_result_and_the_users_reply(daemon: Daemon):
+    """An agent task as OpenClaw runs it: write, read, answer, then the user's reply. Each call's
+    tool result is its turn's next state, and the user's reply is the final answer's, so the judge
+    (and the GRPO scorer's evidence) sees the outcome of every step and nothing from a checker."""
+    body = shorten(fixture("tool_call_request"), system_chars=2000)
+    body["messages"][1]["content"] = "Write hello to a.txt, then read it back to me."
+    msgs = body["messages"][:2]
+    results = ["Successfully wrote 5 bytes to a.txt", "hello"]
+    turns = []
+    for name, result in zip(("write", "read"), results):
+        _, calls, u = stream_answer(daemon, {**body, "messages": msgs, "max_completion_tokens": 60, "temperature": 0,
+                                             "tool_choice": {"type": "function", "function": {"name": name}}})
+        assert [c["function"]["name"] for c in calls] == [name]
+        turns.append(daemon.turn(u["id"]))
+        cid = calls[0]["id"]
+        msgs = [*msgs, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": calls[0]["function"]["arguments"]}}]},
+            {"role": "tool", "tool_call_id": cid, "content": result}]
+    text, calls, u = stream_answer(daemon, {**body, "messages": msgs, "max_completion_tokens": 24, "tool_choice": "none"})
+    assert text and not calls
+    turns.append(daemon.turn(u["id"]))
+    msgs = [*msgs, {"role": "assistant", "content": text.strip()}, {"role": "user", "content": "Thanks, that worked."}]
+    _, _, u = stream_answer(daemon, {**body, "messages": msgs, "max_completion_tokens": 8})
+    turns.append(daemon.turn(u["id"]))
+
+    assert len({t["session_id"] for t in turns}) == 1 and all(t["kind"] == "main" for t in turns)
+    assert [t["idx"] for t in turns] == list(range(turns[0]["idx"], turns[0]["idx"] + 4))
+    states = [daemon.rows("SELECT role, content FROM next_states WHERE turn_id = ?", (t["id"],)) for t in turns[:3]]
+    assert [(s[0]["role"], s[0]["content"]) for s in states] == [
+        ("tool", results[0]), ("tool", results[1]), ("user", "Thanks, that worked.")]
