@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.tools.score import judge_call, offered_tools, steps_done, summarize
+from bench.tools.score import missing_step, record, score, summarize
 from bench.tools.task_set import TASKS, Outcome, Task
 from bench.tools.tasks import CAP_S, FIXTURE, MAX_CALLS, fresh
 
@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HELD_OUT = ("exec_grep", "exec_redirect", "read_third", "write_lines", "edit_todo", "ls_count",
             "chain_read_edit", "chain_exec_read")
 USE = tuple(t.name for t in TASKS if t.name not in HELD_OUT)
+BY_NAME = {t.name: t for t in TASKS}
 TOOL_NAMES = ("exec", "read", "write", "edit", "ls")
 TOOLS = [t for t in json.loads(FIXTURE.read_text())["body"]["tools"] if t["function"]["name"] in TOOL_NAMES]
 SYSTEM = ("You are a personal assistant running on the user's computer. Use the tools to do what the user "
@@ -125,10 +126,9 @@ def step_tool(step: frozenset[str]) -> str:
 def user_reply(task: Task, calls: list[dict], outputs: list[str]) -> str:
     """What the user says after the answer, from what they asked and what they saw: a step they
     asked for that never ran, then a tool's error, else thanks."""
-    names = iter(c["name"] for c in calls if c["valid"])  # in order, as steps_done reads them
-    for step in task.steps:
-        if not any(n in step for n in names):
-            return ASKED[step_tool(step)]
+    step = missing_step(task, calls)
+    if step is not None:
+        return ASKED[step_tool(step)]
     failed = next((o for o in outputs if o.startswith("Error") or "(Command exited with code" in o), None)
     if failed:
         return f"That failed: {failed.splitlines()[0][:120]} Please fix it."
@@ -144,41 +144,40 @@ def run_task(api: Any, task: Task, ws: Path, *, seed: int, heldout: bool, jail: 
     task.setup(ws)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.message}]
     sampling = {"temperature": 0.0, "extra_headers": SIDE} if heldout else {}
-    offered = offered_tools({"tools": TOOLS})
-    calls: list[dict] = []
+    records: list[dict] = []  # one per model call, in score.py's shape, scored as the OpenClaw bench scores its own
     outputs: list[str] = []
-    answer, capped, t0, n = "", None, time.monotonic(), 0
-    while answer == "" and capped is None:
-        if n >= max_calls or time.monotonic() - t0 > cap_s:
-            capped = f"call cap: {n} model calls" if n >= max_calls else f"time cap: over {cap_s:.0f} s"
+    answer, capped, t0 = "", None, time.monotonic()
+    while True:
+        if len(records) >= max_calls or time.monotonic() - t0 > cap_s:
+            capped = f"call cap: {len(records)} model calls" if len(records) >= max_calls else f"time cap: over {cap_s:.0f} s"
             break
-        r = api.chat.completions.create(model="clawd", messages=msgs, tools=TOOLS, max_tokens=max_tokens,
-                                        seed=seed + n, **sampling)
-        n += 1
-        m = r.choices[0].message
+        t = time.monotonic()
+        m = api.chat.completions.create(model="clawd", messages=msgs, tools=TOOLS, max_tokens=max_tokens,
+                                        seed=seed + len(records), **sampling).choices[0].message
+        sent = [{"name": c.function.name, "arguments": c.function.arguments} for c in m.tool_calls or []]
+        records.append(record({"tools": TOOLS, "messages": msgs}, m.content or "", sent, time.monotonic() - t, "ok"))
         if not m.tool_calls:
-            answer = m.content or " "
+            answer = m.content or ""
             break
-        msgs.append({"role": "assistant", "content": m.content, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in m.tool_calls]})
-        for c in m.tool_calls:
-            call = judge_call({"name": c.function.name, "arguments": c.function.arguments}, offered)
-            calls.append(call | {"agent": "main"})
-            args = json.loads(call["arguments"]) if call["json"] else None
-            outputs.append(run_tool(ws, c.function.name, args, jail))
+        msgs = [*msgs, {"role": "assistant", "content": m.content, "tool_calls": [
+            {"id": c.id, "type": "function", "function": f} for c, f in zip(m.tool_calls, sent)]}]
+        for c, f in zip(m.tool_calls, sent):
+            try:
+                args = json.loads(f["arguments"] or "{}")
+            except ValueError:
+                args = None
+            outputs.append(run_tool(ws, f["name"], args if isinstance(args, dict) else None, jail))
             msgs.append({"role": "tool", "tool_call_id": c.id, "content": outputs[-1]})
+    s = score(task, records)
     reply = None
     if not heldout:
-        reply = user_reply(task, calls, outputs)
+        reply = user_reply(task, s["calls"], outputs)
         if answer.strip():  # the reply becomes the answer's next state once it is sent after it
-            api.chat.completions.create(model="clawd", max_tokens=16, seed=seed + n, messages=[
+            api.chat.completions.create(model="clawd", max_tokens=16, seed=seed + len(records), messages=[
                 *msgs, {"role": "assistant", "content": answer}, {"role": "user", "content": reply}], tools=TOOLS)
     why = capped or task.check(Outcome(ws, answer, outputs))  # after everything was sent; never sent
-    return {"task": task.name, "kind": task.kind, "success": steps_done(task, calls) and why is None, "check": why,
-            "capped": capped, "calls": calls, "tools_ok": steps_done(task, calls), "model_calls": n,
-            "malformed": sum(not (c["offered"] and c["json"]) for c in calls), "missing_required": 0,
-            "calls_as_text": 0, "reply": reply, "answer": answer[:500], "seconds": round(time.monotonic() - t0, 1)}
+    return {"task": task.name, "kind": task.kind, "success": s["tools_ok"] and why is None, "check": why,
+            "capped": capped, **s, "reply": reply, "answer": answer[:500], "seconds": round(time.monotonic() - t0, 1)}
 
 
 # -- a seed -------------------------------------------------------------------------------------
@@ -186,8 +185,7 @@ def measure(d: Any, ws: Path, seed: int, jail: bool) -> dict[str, Any]:
     from bench.personalize.evaluate import greedy_answers
     from bench.personalize.scenarios import probe_right
 
-    by_name = {t.name: t for t in TASKS}
-    details = [run_task(d.api, by_name[n], ws, seed=seed, heldout=True, jail=jail) for n in HELD_OUT]
+    details = [run_task(d.api, BY_NAME[n], ws, seed=seed, heldout=True, jail=jail) for n in HELD_OUT]
     probes = greedy_answers(d, [], 160)["probes"]
     right = {p["question"]: probe_right(p["question"], p["text"], tuple(p["accepted"])) for p in probes}
     return {"tasks": summarize(details), "details": details, "probes_right": right,
@@ -205,11 +203,10 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         t0 = time.time()
         before = measure(d, ws, seed, args.jail)
         print(f"seed {seed} before: {before['tasks']['success']} of held-out tasks, probes {before['probe_accuracy']}", flush=True)
-        by_name = {t.name: t for t in TASKS}
         used = []
         for p in range(args.passes):
             for name in USE:
-                used.append(run_task(d.api, by_name[name], ws, seed=seed * 1000 + p * 100, heldout=False, jail=args.jail))
+                used.append(run_task(d.api, BY_NAME[name], ws, seed=seed * 1000 + p * 100, heldout=False, jail=args.jail))
                 print(f"  use {p + 1}.{len(used)} {name}: {'PASS' if used[-1]['success'] else 'FAIL'}; "
                       f"reply {used[-1]['reply']!r}", flush=True)
             status, waited = wait_for_round(d, time.time(), args.round_timeout)

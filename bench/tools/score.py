@@ -89,10 +89,16 @@ def judge_call(call: dict, offered: dict[str, list[str]]) -> dict:
             "missing": missing}
 
 
+def missing_step(task: Task, calls: list[dict]) -> frozenset[str] | None:
+    """The first of the task's steps that did not run, reading the valid calls in order (other calls
+    may come between); None when every step ran."""
+    names = iter(c["name"] for c in calls if c["valid"])
+    return next((step for step in task.steps if not any(n in step for n in names)), None)
+
+
 def steps_done(task: Task, calls: list[dict]) -> bool:
     """The task's steps ran in order, each as a valid call (other calls may come between)."""
-    names = iter(c["name"] for c in calls if c["valid"])
-    return all(any(n in step for n in names) for step in task.steps)
+    return missing_step(task, calls) is None
 
 
 def tool_outputs(records: list[dict]) -> list[str]:
