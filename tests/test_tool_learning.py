@@ -3,11 +3,13 @@ simulated user, and what reaches the daemon: tool results and the user's reply, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+from conftest import Daemon
 
-from bench.tools.learn import ASKED, HELD_OUT, THANKS, USE, jail_works, run_tool, user_reply
+from bench.tools.learn import ASKED, HELD_OUT, THANKS, USE, jail_works, run_task, run_tool, user_reply
 from bench.tools.score import judge_call
 from bench.tools.task_set import TASKS
 
@@ -71,3 +73,25 @@ def test_the_user_says_what_a_user_sees():
     # The user never runs the check: a wrong answer after the right tools is thanked.
     assert user_reply(BY_NAME["read_codeword"], calls("read"), ["The code word is marigold-58."]) == THANKS
 
+
+def test_only_tool_results_and_the_users_reply_reach_the_daemon(daemon: Daemon, tmp_path):
+    """A used task on the real engine: every message the daemon received is the system prompt, the
+    task, the model's own calls and answers, a tool's real result or the user's reply; the check's
+    verdict is in the bench's result and nowhere in the database."""
+    ws = tmp_path / "ws"
+    verdict = "settings.json holds the verdict 83b1f0, not what was asked"  # a check that always fails, findable
+    task = dataclasses.replace(BY_NAME["write_json"], check=lambda outcome: verdict)
+    before = daemon.rows("SELECT COALESCE(MAX(id), 0) AS last FROM turns")[0]["last"]
+    got = run_task(daemon.client(timeout=300), task, ws, seed=0, heldout=False, jail=False, max_calls=2, max_tokens=48)
+    assert got["check"] == verdict and not got["success"]
+    assert got["reply"] in (THANKS, *ASKED.values()) or got["reply"].startswith("That failed: ")
+    rows = daemon.rows("SELECT request, kind FROM turns WHERE id > ?", (before,))
+    assert rows and all(r["kind"] == "main" for r in rows)
+    said: dict[str, list[str]] = {}
+    for r in rows:
+        for m in json.loads(r["request"])["messages"]:
+            said.setdefault(m["role"], []).append(m.get("content") or "")
+    assert set(said["user"]) <= {task.message, got["reply"]}
+    assert all("83b1f0" not in text for texts in said.values() for text in texts)
+    assert not daemon.rows("SELECT 1 FROM turns WHERE request LIKE '%83b1f0%' OR text LIKE '%83b1f0%'") and \
+        not daemon.rows("SELECT 1 FROM next_states WHERE content LIKE '%83b1f0%'")
