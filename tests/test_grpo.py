@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from test_train_round import MODEL, add_turn, backend, base, engine, home, logprob, rows, settings  # noqa: F401, F811 (fixtures)
 
 from clawd.config import Settings
 from clawd.judge.rollouts import Rollouts
-from clawd.judge.scorer import Scorer, measure, pair_metrics, user_evidence
+from clawd.judge.scorer import HISTORY, MIN_EACH, Scorer, measure, pair_metrics, user_evidence, user_rewards
 from clawd.store.records import Feedback, Judgment, NextState, Rollout, RolloutGroup, Turn
 from clawd.store.store import Store
 from clawd.train.batches import group_plan, group_samples
@@ -130,6 +131,48 @@ def test_evidence_is_the_users_own_words_never_a_tools_output(tmp_path):
     assert user_evidence(corrections, 3) == ["Never say goodbye.", "Too long.", "No lists please, write prose."]
 
 
+@fast
+def test_the_users_judged_answers_feedback_first_no_tool_calls_nothing_excluded(tmp_path):
+    store = Store(tmp_path / "clawd.db")
+    a = turn(store, "a", "Explain DNS.", "1. Names", next_text="No lists.")
+    b = turn(store, "a", "No lists.", "DNS maps names.", next_text="Thanks.")
+    c = turn(store, "a", "Run ls.", "", next_role="tool", next_text="a.txt")  # a tool call alone: no text
+    d = turn(store, "b", "Hi", "Hello!", next_text="ok")
+    e = turn(store, "private", "A secret?", "No.", next_text="ok")
+    undecided = turn(store, "a", "Why?", "Because.", next_text="hm")
+    for t, v in ((a, -1), (b, 1), (c, 1), (d, 1), (e, 1), (undecided, 0)):
+        verdict(store, t, v)
+    store.set_feedback(Feedback(d.id, -1, "Too cheerful."))  # explicit feedback over the judge
+    store.set_session_excluded(e.session_id, True)
+    assert [(t.id, v) for t, v in store.judged_answers(8)] == [(d.id, -1), (b.id, 1), (a.id, -1)]
+    assert store.judged_counts(8) == (1, 2) and store.judged_counts(2) == (1, 1)
+
+
+@fast
+def test_user_rewards_fit_each_user_on_their_earlier_cases_only():
+    """Feature 0 (the plain one) says "meets" for user u; user v's answers have it backwards. Each
+    case is scored by a fit on its own user's earlier cases: u's right way up, v's flipped, and a
+    case's rewards do not change when a later case does."""
+    def case(user: str, n: int) -> dict:
+        return {"scenario": user, "id": f"{user}-{n}", "answers": [{"meets": True}, {"meets": False}]}
+
+    cases = [case("u", i) for i in range(HISTORY + 1)] + [case("v", i) for i in range(HISTORY + 1)]
+    rng = np.random.default_rng(0)
+    meets = np.array([a["meets"] for c in cases for a in c["answers"]])
+    sign = np.array([1.0] * (2 * HISTORY + 2) + [-1.0] * (2 * HISTORY + 2))  # v reads the feature backwards
+    x = np.hstack([(np.where(meets, 2.0, -2.0) * sign)[:, None], rng.normal(size=(len(meets), 3))])  # (n, 1 + 3)
+    got = user_rewards(x, meets, cases, components=2)
+    assert len(got) == 2  # one scored case per user: the first HISTORY are their history
+    (u_meets, u_misses), (v_meets, v_misses) = [[r for r, _ in c] for c in got]
+    assert u_meets > 0.5 > u_misses and v_meets > 0.5 > v_misses
+    x2 = x.copy()
+    x2[-2:] = 0.0  # change v's last case: u's scores stay
+    assert user_rewards(x2, meets, cases, components=2)[0] == got[0]
+    one_kind = meets.copy()
+    one_kind[: 2 * HISTORY] = True  # u's history holds accepted answers only: nothing to rank by
+    assert [r for r, _ in user_rewards(x, one_kind, cases, components=2)[0]] == [0.5, 0.5]
+
+
 # -- the scorer's measure, by hand ------------------------------------------------------------------
 @fast
 def test_pair_metrics_and_the_margin_by_hand():
@@ -191,16 +234,20 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     store.add_next_state(NextState(t.id, "user", "No lists, please.", [{"role": "user", "content": "No lists, please."}]))
     verdict(store, t, -1)
     cases = tmp_path / "cases.jsonl"
-    cases.write_text("".join(json.dumps(c) + "\n" for c in (
-        {"id": "no_lists-01", "scenario": "no_lists", "evidence": ["No lists please."], "question": "Name three fruits.",
+    cases.write_text("".join(json.dumps(c) + "\n" for k in range(HISTORY + 1) for c in (
+        {"id": f"no_lists-{k}", "scenario": "no_lists", "evidence": ["No lists please."], "question": f"Name {k + 2} fruits.",
          "answers": [{"text": "Apples, pears and plums are fruits.", "meets": True},
                      {"text": "- Apple\n- Pear\n- Plum", "meets": False}]},
-        {"id": "brevity-01", "scenario": "brevity", "evidence": ["Shorter, please."], "question": "What is rain?",
+        {"id": f"brevity-{k}", "scenario": "brevity", "evidence": ["Shorter, please."], "question": f"What is rain? ({k})",
          "answers": [{"text": "Water falling from clouds.", "meets": True},
                      {"text": "Rain is water. " * 12, "meets": False}]})))
     judge = Judge(llama, store, s)
     scorer = Scorer(judge, tmp_path / "judge", 0.03, cases)
     rollouts = Rollouts(llama, store, s, scorer)
+    assert not rollouts.pending()  # one answer judged: no fit of this user's to score with
+    for k, fruit in enumerate(("Apples", "Pears", "Plums")[:MIN_EACH]):  # what they accepted and rejected
+        verdict(store, turn(store, f"ok{k}", "Name a fruit.", f"{fruit} are sweet fruits.", next_text="Thanks."), 1)
+        verdict(store, turn(store, f"no{k}", "Name some fruits.", f"- {fruit}\n- Figs", next_text="No lists."), -1)
     assert rollouts.pending()
 
     g = rollouts._sample(t, None)
@@ -209,12 +256,15 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     assert all(len(r.logprobs) == len(r.completion_ids) and max(r.logprobs) <= 0 for r in g.rollouts)
     assert all(r.text == llama.detokenize(r.completion_ids) for r in g.rollouts)
     assert llama.background_context(512).lora_version is None  # the judge's weights again
-    rollouts._score(store.group(g.id), None)
+    evidence = user_evidence(store.corrections(20))
+    user = rollouts._user_fit(evidence, None)  # fitted on the 7 answers judged
+    assert user is not None and len(user["basis"]) == 6
+    rollouts._score(store.group(g.id), evidence, user)
     scored = store.group(g.id)
-    assert scored.scorer in ("trusted", "untrusted", "undecided") and scored.evidence == ["No lists, please."]
+    assert scored.scorer in ("trusted", "untrusted", "undecided") and scored.evidence[0] == "No lists."
     assert all(0 < r < 1 for r in scored.rewards)
-    trust = scorer.cached()
-    assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2 and trust.fit["basis"]
+    trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
+    assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
 
 

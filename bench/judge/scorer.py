@@ -5,6 +5,10 @@ tuned on?
     python -m bench.judge.scorer --model X.gguf            # tuning and held-out splits
     python -m bench.judge.scorer --split tune              # while developing: never look at held-out
 
+It measures fits shared by every user, each scenario scored by a fit on the others: what the daemon
+read until 2026-12-04. The daemon now fits each user's own judged answers; bench/judge/user_fit.py
+measures that.
+
 The tuning split (clawd/judge/data/scorer_cases.jsonl) is what the daemon measures its trust on;
 the held-out split (tests/data/scorer_heldout.jsonl) has other scenarios and complaint wordings,
 written apart (bench/judge/scorer_cases.py), and is never used for a choice. Each case: the user's
@@ -44,7 +48,6 @@ from clawd.judge.scorer import (
     COMPONENTS,
     FEATURES,
     Scorer,
-    cross_val_rewards,
     load_cases,
     measure,
     pair_metrics,
@@ -55,6 +58,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 HELDOUT = ROOT / "tests" / "data" / "scorer_heldout.jsonl"
 TRIED = (8, 16, 32, 64)  # principal components of the hidden state, compared on the tuning split only
+
+
+def cross_val_rewards(x: np.ndarray, meets: np.ndarray, groups: list[str], components: int = COMPONENTS,
+                      plain: int = 1) -> np.ndarray:
+    """Each answer's P(accepted) from a fit on the other groups' answers only (leave one scenario
+    out): a fit shared by every user, which must guess the preference from the quoted words (the
+    daemon's scorer before it fitted each user's own answers). x (n, plain + n_embd): `plain`
+    features (the yes/no log-odds), then the hidden state (or nothing); meets (n,) bool."""
+    y, out, names = np.where(meets, 1, -1), np.zeros(len(meets)), np.array(groups)
+    if len(set(groups)) < 2:
+        raise ValueError("the cases need at least two scenarios: each is measured by a fit on the others")
+    for g in sorted(set(groups)):
+        test = names == g
+        out[test] = predict(fit(x[~test], y[~test], plain=plain, components=components), x[test])[:, 2]
+    return out
 
 
 def read_all(scorer: Scorer, cases: list[dict], read, what: str) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -28,12 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.judge.scorer import HELDOUT, ROOT, baseline
+from bench.judge.scorer import HELDOUT, ROOT, baseline, cross_val_rewards
 from clawd.config import Settings
 from clawd.engine.engine import Engine
-from clawd.judge.calibration import fit, predict
 from clawd.judge.judge import Judge
-from clawd.judge.scorer import CASES, COMPONENTS, MARGINS, Scorer, cross_val_rewards, load_cases, pair_metrics
+from clawd.judge.scorer import CASES, COMPONENTS, MARGINS, Scorer, load_cases, pair_metrics, user_rewards
 
 MAX_WRONG_SIGN = 0.03  # the daemon's judge_max_wrong_sign
 
@@ -52,27 +51,14 @@ def features(model: Path, cases: list[dict], cache: Path, threads: int) -> np.nd
     return x
 
 
-def user_rewards(cases: list[dict], x: np.ndarray, history: int, noise: float, seed: int,
-                 components: int) -> list[list[tuple[float, bool]]]:
-    """Per scorable case (a user's case with at least `history` earlier ones), each answer's reward
-    from a fit on that user's earlier cases only, their labels flipped with probability `noise`."""
-    rng = np.random.default_rng(seed)
-    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
+def noisy_user_rewards(cases: list[dict], x: np.ndarray, history: int, noise: float, seed: int,
+                       components: int) -> list[list[tuple[float, bool]]]:
+    """The daemon's `user_rewards` (each user's later cases scored by a fit on their earlier ones),
+    fitted on labels flipped with probability `noise` (what the judge said), paired with the true ones."""
     meets = np.array([a["meets"] for c in cases for a in c["answers"]])
-    seen = np.where(rng.random(len(meets)) < noise, ~meets, meets)  # what the judge said
-    out = []
-    for i, c in enumerate(cases):
-        earlier = [j for j in range(i) if cases[j]["scenario"] == c["scenario"]]
-        if len(earlier) < history:
-            continue
-        idx = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in earlier])
-        if len(set(seen[idx])) < 2:
-            out.append([(0.5, bool(m)) for m in meets[starts[i]:starts[i + 1]]])  # one label seen: no ranking
-            continue
-        model = fit(x[idx], np.where(seen[idx], 1, -1), plain=1, components=min(components, len(idx) - 1))
-        r = predict(model, x[starts[i]:starts[i + 1]])[:, 2]
-        out.append(list(zip(r.tolist(), meets[starts[i]:starts[i + 1]].tolist())))
-    return out
+    seen = np.where(np.random.default_rng(seed).random(len(meets)) < noise, ~meets, meets)
+    scored = user_rewards(x, seen, cases, history, components)
+    return [[(r, bool(a["meets"])) for (r, _), a in zip(case, c["answers"])] for case, c in zip(scored, scorable(cases, history))]
 
 
 def scorable(cases: list[dict], history: int) -> list[dict]:
@@ -112,7 +98,7 @@ def main() -> None:
             res["others_fit_auc"] = pair_metrics([list(zip(cv[a:b].tolist(), meets[a:b].tolist()))
                                                   for c, a, b in zip(cases, starts[:-1], starts[1:]) if c["id"] in keep], 0.0)["auc"]
         for k in (4, 8, COMPONENTS):
-            runs = [user_rewards(cases, x, args.history, args.noise, s, k) for s in seeds]
+            runs = [noisy_user_rewards(cases, x, args.history, args.noise, s, k) for s in seeds]
             if name == "tune":  # each margin is chosen here, on the tuning split only
                 pooled = [case for r in runs for case in r]
                 margins[k] = next((m for m in MARGINS if pair_metrics(pooled, m)["wrong_sign"] <= MAX_WRONG_SIGN), 1.0)

@@ -6,8 +6,9 @@ left to judge or train.
 2. Groups: for recorded main turns (every one the user reacted to, old ones too, none of an
    excluded session, no side turn), K answers sampled on the background context with the live
    adapter, at the turn's temperature, logprobs recorded; then scored on the base weights by
-   `Scorer` against the user's own words. Nothing is sampled while the scorer is untrusted or the
-   user has said nothing to score against.
+   `Scorer`: the user's own words in the prompt, and a fit on the answers they already judged.
+   Nothing is sampled while the scorer is untrusted, the user has said nothing to score against,
+   or they have not yet judged MIN_EACH answers each way.
 
 The background context yields to user requests between decode steps, as judging does; a job stops
 at the next group once `grpo_budget_s` has passed or the scheduler tells it to. A group and its
@@ -25,7 +26,7 @@ from ..engine.background import Cancelled
 from ..engine.engine import Engine
 from ..store.records import Rollout, RolloutGroup, Turn, sampling_temperature
 from ..store.store import Store
-from .scorer import Scorer, last_user_text, user_evidence
+from .scorer import MIN_EACH, USER_ANSWERS, Scorer, last_user_text, user_evidence
 
 log = logging.getLogger("clawd.judge")
 
@@ -55,7 +56,7 @@ class Rollouts:
         trust = self.scorer.cached()
         if trust is not None and trust.mode != "trusted":
             return False
-        return bool(self.store.corrections(1)) and bool(
+        return bool(self.store.corrections(1)) and min(self.store.judged_counts(USER_ANSWERS)) >= MIN_EACH and bool(
             self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS))
 
     def run(self, stop: threading.Event | None = None) -> int:
@@ -65,23 +66,24 @@ class Rollouts:
         try:
             made += self._hindsight()
             trust = self.scorer.trust(stop)  # measured once per model file (minutes), then cached
+            evidence = user_evidence(self.store.corrections(CORRECTIONS_READ))
+            user = self._user_fit(evidence, stop)
             for g in self.store.unscored_groups(16):  # sampled before a kill, or before the scorer's trust was known
-                self._score(g, stop)
+                self._score(g, evidence, user)
             if trust.mode != "trusted":
                 log.info("GRPO scorer is %s on this model (%s); no groups are sampled", trust.mode,
                          f"{100 * trust.measured['decided']:.0f}% of pairs decided at margin {trust.margin}")
                 return made
-            while stop is None or not stop.is_set():
+            while user is not None and (stop is None or not stop.is_set()):
                 if time.monotonic() - t0 > self.settings.grpo_budget_s:
                     log.info("GRPO rollouts: idle budget of %.0fs spent", self.settings.grpo_budget_s)
                     break
-                evidence = user_evidence(self.store.corrections(CORRECTIONS_READ))
-                turns = self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS) if evidence else []
+                turns = self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS)
                 if not turns:
                     break
                 group = self._sample(turns[0], stop)
                 if group is not None:
-                    self._score(group, stop, evidence)
+                    self._score(group, evidence, user, stop)
                     made += 1
         except Cancelled:
             log.info("GRPO rollouts stopped; they go on at the next idle moment")
@@ -131,17 +133,28 @@ class Rollouts:
         self.store.add_group(g)
         return g
 
-    def _score(self, g: RolloutGroup, stop: threading.Event | None, evidence: list[str] | None = None) -> None:
+    def _user_fit(self, evidence: list[str], stop: threading.Event | None) -> dict[str, list] | None:
+        """The scorer's fit on the answers this user judged (None: no words to score against, or
+        too few answers judged each way yet)."""
+        if not evidence:
+            return None
+        labeled = [(last_user_text(t), t.text, score > 0) for t, score in self.store.judged_answers(USER_ANSWERS)]
+        user = self.scorer.user_fit(evidence, labeled, stop)
+        if user is None:
+            log.info("GRPO scorer: %d of the user's answers judged; a fit needs more of each kind", len(labeled))
+        return user
+
+    def _score(self, g: RolloutGroup, evidence: list[str], user: dict[str, list] | None,
+               stop: threading.Event | None = None) -> None:
         assert g.id is not None
         turn = self.store.turn(g.turn_id)
         assert turn is not None
         trust = self.scorer.trust(stop)
-        evidence = evidence if evidence is not None else user_evidence(self.store.corrections(CORRECTIONS_READ))
-        if not evidence:  # the user has said nothing to score against (their corrections were refused, or excluded)
-            self.store.score_group(g.id, [0.0] * len(g.rollouts), "undecided", [])
+        if user is None:  # nothing to score against: no words of the user's (refused, or excluded), or no fit yet
+            self.store.score_group(g.id, [0.0] * len(g.rollouts), "undecided", evidence)
             return
         question = last_user_text(turn)
-        rewards = [round(self.scorer.reward(evidence, question, r.text, stop), 4) for r in g.rollouts]
+        rewards = [round(self.scorer.reward(user, evidence, question, r.text, stop), 4) for r in g.rollouts]
         mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
         self.store.score_group(g.id, rewards, mode, evidence)
         log.info("turn %d: group of %d scored %s (%s)", g.turn_id, len(rewards),

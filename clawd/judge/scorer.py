@@ -6,16 +6,24 @@ quoted as they wrote them, never paraphrased by the model and never a tool's out
 page (a prompt injection must not become a preference). The scorer shows the base model (adapter
 off, the judge's context) the most recent of them, a question and one answer, and reads
 P(yes) against P(no) where the verdict comes, and the model's hidden state there, halfway up its
-layers (as the judge does): one forward pass per answer, the prefix shared. A logistic regression
-fitted per model file on shipped labeled answers turns those into P(the user accepts it): the
-reward. (The yes/no odds alone are `reward_ask`, the baseline bench/judge/scorer.py compares against.)
+layers (as the judge does): one forward pass per answer, the prefix shared.
 
-The fit and how far to trust it are measured per model file on shipped labeled cases
+**The fit is this user's own.** A logistic regression on those features, fitted on the answers the
+user already judged (the judge's verdicts, or their explicit feedback: `Store.judged_answers`),
+turns a new answer's features into P(this user accepts it): the reward. A fit shared by every user,
+on shipped cases of other preferences, has to guess the preference from the quoted words alone, and
+on Qwen2.5-Coder-0.5B it ranked no better than answer length (tuning AUC 0.70, length 0.60, fewer
+lines 0.74); fitted on each simulated user's earlier answers it ranks their next ones at 0.82-0.84,
+and 0.88-0.96 on held-out preferences (bench/judge/user_fit.py, docs/learning.md). No fit is made
+before the user has judged MIN_EACH answers each way.
+
+How far to trust that method is measured per model file on shipped labeled cases
 (`data/scorer_cases.jsonl`: real sampled answers, each labeled by whether it meets a stated
 preference; bench/judge/scorer_cases.py builds them, split by scenario from the held-out
-tests/data/scorer_heldout.jsonl that only bench/judge/scorer.py reads). Within each case every
-(meets, misses) pair of answers is a ranking question, answered by a fit that left the case's
-whole scenario out (a preference it never saw, as the user's will be): the margin is the smallest reward gap at
+tests/data/scorer_heldout.jsonl that only the benches read). Each scenario is one simulated user,
+its cases in file order their history; each case's answers are scored by a fit on that user's
+earlier cases only (`user_rewards`), once HISTORY of them exist. Within each scored case every
+(meets, misses) pair of answers is a ranking question: the margin is the smallest reward gap at
 which the wrong-way pairs stay within `judge_max_wrong_sign`; `trusted` when at that margin at
 least MIN_DECIDED of the pairs are decided. A group whose answers' rewards differ by less than the
 margin teaches nothing (Store.ready_groups), and an untrusted scorer's groups train nothing.
@@ -49,6 +57,9 @@ QUESTION_CHARS, ANSWER_CHARS = 600, 1600  # cut in the middle (an answer's end m
 # Trusted needs half the pairs decided at the margin: below that, most groups would sit under the
 # margin and GRPO would train on a few lucky ones.
 MIN_DECIDED = 0.5
+HISTORY = 4  # earlier cases a simulated user has before their answers are scored (about 20 answers)
+MIN_EACH = 3  # the user's judged answers needed each way (accepted, rejected) before a fit is made
+USER_ANSWERS = 48  # the user's most recent judged answers the fit reads (each one forward pass per job)
 MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward gaps tried
 # Principal components of the hidden state the fit reads. Chosen on the tuning split alone, each
 # scenario scored by a fit on the others (bench/results/scorer-qwen2.5-coder-0.5b-instruct-q4_k_m.json,
@@ -61,7 +72,7 @@ COMPONENTS = 16
 # more per answer than the probe's 0.9 for +0.03 AUC within the same mode, so the daemon reads the probe.
 FEATURES: Literal["probe", "contrast", "probe+contrast"] = "probe"
 PLAIN = {"probe": 1, "contrast": 4, "probe+contrast": 5}[FEATURES]  # features before the hidden state
-VERSION = 2  # of this prompt, fit and measure; part of the cache key
+VERSION = 3  # of this prompt, fit and measure; part of the cache key
 NEUTRAL = "Thanks, that was useful."  # Scorer.contrast's control remark: it asks for nothing
 SYSTEM = "You check answers for one user, who has told the assistant before what they want."
 ScorerMode = Literal["trusted", "untrusted"]
@@ -120,7 +131,6 @@ class ScorerTrust:
     measured: dict[str, float]  # pairs, decided, wrong_sign, auc at the margin (scenario left out of each fit)
     length_auc: float  # the trivial baseline: the shorter answer ranked higher
     seconds_per_answer: float
-    fit: dict[str, list] = field(repr=False, default_factory=dict)  # calibration.fit on every case
     created: float = field(default_factory=time.time)
 
 
@@ -136,17 +146,24 @@ def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], m
                        length_auc=round(pair_metrics(shorter, 0.0)["auc"], 3), seconds_per_answer=round(seconds_per_answer, 3))
 
 
-def cross_val_rewards(x: np.ndarray, meets: np.ndarray, groups: list[str], components: int = COMPONENTS,
-                      plain: int = PLAIN) -> np.ndarray:
-    """Each answer's P(accepted) from a fit on the other groups' answers only (leave one scenario
-    out). x (n, plain + n_embd): `plain` features (the yes/no log-odds), then the hidden state (or
-    nothing); meets (n,) bool."""
-    y, out, names = np.where(meets, 1, -1), np.zeros(len(meets)), np.array(groups)
-    if len(set(groups)) < 2:
-        raise ValueError("the scorer's cases need at least two scenarios: each is measured by a fit on the others")
-    for g in sorted(set(groups)):
-        test = names == g
-        out[test] = predict(fit(x[~test], y[~test], plain=plain, components=components), x[test])[:, 2]
+def user_rewards(x: np.ndarray, meets: np.ndarray, cases: list[dict[str, Any]], history: int = HISTORY,
+                 components: int = COMPONENTS) -> list[list[tuple[float, bool]]]:
+    """Per case with at least `history` earlier cases of its scenario (one simulated user's history,
+    in file order): each answer's P(accepted) from a fit on that user's earlier answers only, as
+    (reward, meets) pairs. x (n, PLAIN + n_embd) and meets (n,): every case's answers, in order."""
+    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
+    out = []
+    for i, c in enumerate(cases):
+        earlier = [j for j in range(i) if cases[j]["scenario"] == c["scenario"]]
+        if len(earlier) < history:
+            continue
+        idx = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in earlier])
+        now = slice(starts[i], starts[i + 1])
+        if len(set(meets[idx].tolist())) < 2:  # one kind of answer seen: nothing to rank by
+            out.append([(0.5, bool(m)) for m in meets[now]])
+            continue
+        model = fit(x[idx], np.where(meets[idx], 1, -1), plain=PLAIN, components=min(components, len(idx) - 1))
+        out.append(list(zip(predict(model, x[now])[:, 2].tolist(), meets[now].tolist())))
     return out
 
 
@@ -174,6 +191,8 @@ class Scorer:
         # the cases' digest, read once: the key is asked for at every status poll and idle tick
         self._cases_sha = hashlib.sha256(cases.read_bytes()).hexdigest()
         self._trust: ScorerTrust | None = None
+        self._memo: dict[tuple, list[float]] = {}  # `_features` under _memo_evidence
+        self._memo_evidence: tuple[str, ...] = ()
         self.progress: dict[str, Any] | None = None
 
     def features(self, evidence: list[str], question: str, answer: str,
@@ -239,16 +258,36 @@ class Scorer:
                 on_case(i, case)
         return np.array(xs), np.array(meets), groups
 
-    def reward(self, evidence: list[str], question: str, answer: str, cancel: threading.Event | None = None) -> float:
-        """P(this user accepts the answer), in (0, 1), from this model's fit."""
-        t = self.trust(cancel)
-        return float(predict(t.fit, np.array([self.features(evidence, question, answer, cancel)]))[0, 2])
+    def user_fit(self, evidence: list[str], labeled: list[tuple[str, str, bool]],
+                 cancel: threading.Event | None = None) -> dict[str, list] | None:
+        """This user's fit: features of each (question, answer, accepted) they judged, read with
+        today's `evidence`; None until MIN_EACH answers of each kind exist."""
+        ok = np.array([a for _, _, a in labeled], dtype=bool)
+        if ok.sum() < MIN_EACH or (~ok).sum() < MIN_EACH:
+            return None
+        x = np.array([self._features(evidence, q, a, cancel) for q, a, _ in labeled])
+        return fit(x, np.where(ok, 1, -1), plain=PLAIN, components=min(COMPONENTS, len(ok) - 1))
+
+    def reward(self, user: dict[str, list], evidence: list[str], question: str, answer: str,
+               cancel: threading.Event | None = None) -> float:
+        """P(this user accepts the answer), in (0, 1), from their fit (`user_fit`)."""
+        return float(predict(user, np.array([self.features(evidence, question, answer, cancel)]))[0, 2])
+
+    def _features(self, evidence: list[str], question: str, answer: str, cancel: threading.Event | None) -> list[float]:
+        """`features` of a judged answer, remembered while the evidence stays the same: each job
+        refits on mostly the same answers, and reading them again would cost a forward pass each."""
+        key = (tuple(evidence), question, answer)
+        if key[0] != self._memo_evidence:
+            self._memo, self._memo_evidence = {}, key[0]
+        if key not in self._memo:
+            self._memo[key] = self.features(evidence, question, answer, cancel)
+        return self._memo[key]
 
     def _key(self) -> str:
         model = self.judge.engine.model_path
         st = model.stat()
         blob = json.dumps([VERSION, model.name, st.st_size, st.st_mtime_ns, SYSTEM, prompt_text(["x"], "q", "a"),
-                           self._cases_sha, self.max_wrong_sign, COMPONENTS, FEATURES, NEUTRAL])
+                           self._cases_sha, self.max_wrong_sign, COMPONENTS, FEATURES, NEUTRAL, HISTORY])
         return "scorer-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def cached(self) -> ScorerTrust | None:
@@ -274,12 +313,12 @@ class Scorer:
         def done(i: int, _case: dict[str, Any]) -> None:
             self.progress = {"measuring": i + 1, "of": len(cases)}
 
-        x, ok, groups = self.case_features(cases, cancel, done)
-        rewards = per_case(cases, cross_val_rewards(x, ok, groups), ok)
-        lengths = [[len(a["text"]) for a in c["answers"]] for c in cases]
+        x, ok, _ = self.case_features(cases, cancel, done)
+        rewards = user_rewards(x, ok, cases)
+        scored = [c for i, c in enumerate(cases) if sum(d["scenario"] == c["scenario"] for d in cases[:i]) >= HISTORY]
+        lengths = [[len(a["text"]) for a in c["answers"]] for c in scored]
         t = measure(rewards, lengths, self.judge.engine.model_path.name, self.max_wrong_sign,
                     (time.perf_counter() - t0) / max(len(ok), 1))
-        t.fit = fit(x, np.where(ok, 1, -1), plain=PLAIN, components=COMPONENTS)
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.cache_dir / f".{self._key()}.tmp"
         tmp.write_text(json.dumps(asdict(t)))
@@ -294,7 +333,5 @@ class Scorer:
         """What status shows."""
         t = self.cached()
         if t is not None:
-            d = asdict(t)
-            d.pop("fit")
-            return d
+            return asdict(t)
         return {"mode": "measuring" if self.progress else "not measured yet", "progress": self.progress}

@@ -20,6 +20,9 @@ from .records import NextState, Rollout, RolloutGroup, Turn
 _TRAINABLE = ("t.kind = 'main' AND t.status = 'ok' AND length(t.completion_ids) > 0"
               " AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1)")
 _EFFECTIVE = "COALESCE(f.score, j.score)"  # explicit feedback over the judge
+# The user's verdicts on answers, newest first (a turn that is only a tool call has no text to rank).
+_JUDGED = (f"FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
+           f" WHERE {_TRAINABLE} AND {_EFFECTIVE} IN (1, -1) AND trim(COALESCE(t.text, '')) != '' ORDER BY t.id DESC")
 _USED = "SELECT g.group_id FROM group_uses g JOIN train_runs r ON r.id = g.run_id WHERE r.status = 'done'"
 
 
@@ -119,6 +122,20 @@ class RolloutQueries:
             if words and words.strip():
                 out.append((self._turn(r), ns, words.strip()))
         return out
+
+    def judged_answers(self, limit: int) -> list[tuple[Turn, int]]:
+        """The user's verdicts on answers, newest first: trainable main turns with text (a tool call
+        alone is not an answer to rank) and an effective score of +1 or -1, each as (turn, score).
+        What GRPO's scorer fits this user's preference on."""
+        rows = self._read(f"SELECT t.*, {_EFFECTIVE} AS eff {_JUDGED} LIMIT ?", (limit,))
+        return [(self._turn(r), int(r["eff"])) for r in rows]
+
+    def judged_counts(self, limit: int) -> tuple[int, int]:
+        """Of the user's `limit` most recent judged answers (`judged_answers`): (accepted, rejected)."""
+        rows = self._read(f"SELECT eff, COUNT(*) AS n FROM (SELECT {_EFFECTIVE} AS eff {_JUDGED} LIMIT ?) GROUP BY eff",
+                          (limit,))
+        n = {r["eff"]: r["n"] for r in rows}
+        return n.get(1, 0), n.get(-1, 0)
 
     def hindsight_pairs(self, limit: int) -> list[tuple[int, int]]:
         """(corrected turn, accepted retry): a turn scored -1 whose next state is the user's, and the
