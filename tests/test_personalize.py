@@ -428,3 +428,42 @@ def test_probe_margins_on_recorded_logprobs():
            {"question": "c", "ok": False, "margin": -0.1}]
     assert near_flips(now, base) == {"margin_mean": 0.85, "margin_mean_base": 1.5, "near_flips": ["a"]}
     assert near_flips([{"question": "a", "ok": True}], [{"question": "a", "ok": True}]) == {}  # runs without margins
+
+
+def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(tmp_path):
+    """scorer_agreement over a real store: pairs within a group, the session's first question given
+    to the checker (the retry's last message is the complaint), the daemon's margin."""
+    import sqlite3
+
+    from bench.personalize.run import scorer_agreement
+    from clawd.store.records import Rollout, RolloutGroup, Turn
+    from clawd.store.store import Store
+
+    store = Store(tmp_path / "clawd.db")
+    sid = store.open_session("s")
+    question = "Why is the sky blue?"
+    t = Turn(session_id=sid, index=0, kind="main", completion_id="c1", prompt_ids=[1],
+             request={"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": "- Light"},
+                                   {"role": "user", "content": "No lists please."}]})
+    store.insert_turn(t)
+    prose = "The sky is blue because air scatters blue sunlight more than red light, so blue reaches us from everywhere."
+    listed = "- Air scatters light\n- Blue scatters most\n- So the sky looks blue"
+    store.add_group(RolloutGroup(t.id, "sampled", None, 0.7, [Rollout([2], prose, [-1.0], 0.9), Rollout([3], listed, [-1.0], 0.2),
+                                                              Rollout([4], listed, [-1.0], 0.95)], scorer="trusted"))
+    store.add_group(RolloutGroup(t.id, "hindsight", None, 0.7, [Rollout([2], listed, [], 0.0), Rollout([3], prose, [], 1.0)],
+                                 scorer="hindsight"))  # not sampled: not the scorer's
+
+    class D:
+        def rows(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+            con = sqlite3.connect(tmp_path / "clawd.db")
+            con.row_factory = sqlite3.Row
+            return con.execute(sql, args).fetchall()
+
+        def status(self) -> dict:
+            return {"grpo": {"scorer": {"margin": 0.25}}}
+
+    got = scorer_agreement(D(), SCENARIOS["no_lists"])
+    assert got["groups"] == 1 and got["pairs"] == 2 and got["margin"] == 0.25
+    # the pairs' reward gaps: prose - listed = 0.9 - 0.2 = +0.7 (decided, right) and 0.9 - 0.95 = -0.05 (under the margin)
+    assert got["auc"] == 0.5 and got["decided"] == 0.5 and got["wrong_sign"] == 0.0
+    assert got["by_group"] == [{"scorer": "trusted", "answers": [(0.9, True), (0.2, False), (0.95, False)]}]

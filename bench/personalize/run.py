@@ -56,6 +56,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.personalize.evaluate import (
     LOOP_FLAGS,
     SAMPLING_TEMPERATURE,
@@ -224,6 +226,11 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
                 print(f"  after {len(run['turns'])} feedback turns, adapter {live}: "
                       f"{point_text({'eval': grade(sc, ev)}, grade(sc, ref['base']))}", flush=True)
             run["judge"] = judge_agreement(d, run["turns"])
+            run["scorer"] = sa = scorer_agreement(d, sc)
+            if sa["pairs"]:
+                print(f"  GRPO scorer against the checker: {sa['groups']} groups, {sa['pairs']} (pass, fail) pairs, AUC "
+                      f"{sa['auc']:.2f}; at margin {sa['margin']}: {sa['decided']:.0%} decided, {sa['wrong_sign']:.0%} "
+                      "the wrong way", flush=True)
         if (home / "judge").is_dir():
             shutil.copytree(home / "judge", calibrations, dirs_exist_ok=True)
     except BaseException:
@@ -325,6 +332,26 @@ def judge_agreement(d: Daemon, turns: list[dict[str, Any]]) -> dict[str, Any]:
     return {"judged": n, "of": len(turns), "agreement": agree / n if n else None,
             "agreement_when_decided": agree / decided if decided else None, "hints": hints,
             "confusion": confusion}
+
+
+def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
+    """GRPO's scorer on the groups the daemon sampled, against the scenario's checker: over every
+    (passes, fails) pair of answers within a group, the AUC, and at the daemon's margin the shares
+    decided and decided the wrong way; each group's (reward, passes) kept for a re-grade. The
+    checker is asked about the session's first question (a retry's last message is the complaint)."""
+    groups = []
+    for g in d.rows("SELECT g.id, g.scorer, t.request FROM rollout_groups g JOIN turns t ON t.id = g.turn_id"
+                    " WHERE g.source = 'sampled' AND g.scorer IS NOT NULL ORDER BY g.id"):
+        question = next(m["content"] for m in json.loads(g["request"])["messages"] if m["role"] == "user")
+        answers = d.rows("SELECT text, reward FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
+        groups.append({"scorer": g["scorer"], "answers": [(a["reward"], sc.check(question, a["text"])) for a in answers]})
+    margin = ((d.status().get("grpo") or {}).get("scorer") or {}).get("margin")
+    gaps = np.array([r1 - r2 for g in groups for r1, ok1 in g["answers"] if ok1 for r2, ok2 in g["answers"] if not ok2])
+    at = margin if margin is not None else 0.0
+    return {"groups": len(groups), "margin": margin, "pairs": len(gaps),
+            "auc": float(((gaps > 0) + 0.5 * (gaps == 0)).mean()) if len(gaps) else None,
+            "decided": float((np.abs(gaps) >= max(at, 1e-9)).mean()) if len(gaps) else None,
+            "wrong_sign": float((gaps <= -max(at, 1e-9)).mean()) if len(gaps) else None, "by_group": groups}
 
 
 # -- re-grading ---------------------------------------------------------------------------------
