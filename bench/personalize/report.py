@@ -147,7 +147,7 @@ def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str
 def write_oracle_summaries(result: dict[str, Any]) -> None:
     """bench/results/personalize-SCENARIO-oracle-seedN[-DAEMON-ARGS].json for every oracle seed run."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    tag = re.sub(r"[^A-Za-z0-9.]+", "-", result["config"].get("daemon_args") or "").strip("-")
+    tag = args_tag(result)
     for labels in ("pairs", "contrast"):  # --oracle-pairs; --oracle-contrast, its predecessor, in old results
         if result["config"].get(f"oracle_{labels}"):
             tag = "-".join([labels, *filter(None, [tag])])
@@ -167,6 +167,12 @@ def _point(sc: Scenario, point: dict[str, Any]) -> dict[str, Any]:
             "non_answers": g["non_answers"]}
 
 
+def args_tag(result: dict[str, Any]) -> str:
+    """--daemon-args as a file-name part ("" at the daemon's defaults): a run at other settings never
+    overwrites the defaults' summary."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", result["config"].get("daemon_args") or "").strip("-")
+
+
 def write_summaries(result: dict[str, Any], only: tuple[str, str] | None = None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     for scenario, sc in result["scenarios"].items():
@@ -174,7 +180,8 @@ def write_summaries(result: dict[str, Any], only: tuple[str, str] | None = None)
             if only in (None, (scenario, key)):
                 method, seed = key.split("/")
                 turns = result["config"].get("turns")
-                path = RESULTS / f"personalize-{scenario}-{method}-seed{seed}-{turns}turns.json"
+                tag = args_tag(result)
+                path = RESULTS / f"personalize-{scenario}-{method}-seed{seed}-{turns}turns{'-' + tag if tag else ''}.json"
                 path.write_text(json.dumps(summary(result, scenario, key), indent=1, ensure_ascii=False) + "\n")
                 print(f"wrote {path.relative_to(ROOT)}")
 
