@@ -66,7 +66,7 @@ def test_the_user_says_what_a_user_sees():
     assert user_reply(echo, calls("write", "read"), ["Successfully wrote", "x"]) == ASKED["exec"]
     assert user_reply(echo, calls("exec"), ["tt-7341-ok"]) == THANKS
     assert user_reply(echo, calls("exec"), ["sh: 1: ech: not found\n\n(Command exited with code 127)"]) == \
-        "That failed: sh: 1: ech: not found Please fix it."
+        "That failed: sh: 1: ech: not found. Please fix it."
     assert user_reply(chain, calls("write"), ["Successfully wrote 9 bytes to token.txt"]) == ASKED["read"]
     assert user_reply(chain, calls("read", "write"), ["Error: ENOENT", "ok"]) == ASKED["read"]  # in order
     assert user_reply(ls, calls("exec"), ['"alpha.txt"']) == THANKS  # `exec ls` lists too

@@ -137,7 +137,8 @@ def user_reply(task: Task, calls: list[dict], outputs: list[str]) -> str:
         return ASKED[step_tool(step)]
     failed = next((o for o in outputs if o.startswith("Error") or "(Command exited with code" in o), None)
     if failed:
-        return f"That failed: {failed.splitlines()[0][:120]} Please fix it."
+        line = failed.splitlines()[0][:120].rstrip()
+        return f"That failed: {line}{'' if line.endswith(('.', '!', '?')) else '.'} Please fix it."
     return THANKS
 
 
