@@ -70,10 +70,12 @@ def grpo_line(g: dict) -> str:
         scorer = (f"{'trusted' if s['mode'] == 'trusted' else '[yellow]untrusted[/yellow], trains nothing'} "
                   f"(margin {s['margin']:.2f}: {m['decided']:.0%} of pairs decided, {m['wrong_sign']:.1%} wrong way; "
                   f"AUC {m['auc']:.2f}, length alone {s['length_auc']:.2f})")
-    last = g.get("last_round")
+    v, last = g["verdicts"], g.get("last_round")
+    wait = (f"; waiting for the user's verdicts ({v['accepted']} accepted, {v['rejected']} rejected of "
+            f"{v['needed']} each)" if min(v["accepted"], v["rejected"]) < v["needed"] else "")
     spread = (f"; last round {last['groups']} groups, mean |advantage| {last['advantage_mean_abs']:.2f}" if last else "")
     return (f"{c['sampled']} groups sampled, {c['hindsight']} hindsight pairs, {c['scored']} scored, "
-            f"{c['trained']} trained on; {g['ready']}/{g['wanted']} ready; scorer {scorer}{spread}")
+            f"{c['trained']} trained on; {g['ready']}/{g['wanted']} ready; scorer {scorer}{wait}{spread}")
 
 
 def judge_line(j: dict) -> str:

@@ -317,3 +317,15 @@ def test_the_contrast_reads_how_much_the_users_words_make_an_answer_likelier(tmp
     # state differs between the two passes, and llama.cpp rounds a little differently by batch)
     assert scorer.contrast([NEUTRAL], q, "Rome.")[1] == pytest.approx(0.0, abs=0.05)
     assert scorer.contrast(said, q, "") == (0.0, 0.0, 0)
+
+
+@fast
+def test_status_says_the_user_fit_waits_for_verdicts_each_way():
+    """`clawd status` tells a user why no group is sampled yet: the fit needs MIN_EACH answers each way."""
+    from clawd.cli_show import grpo_line
+    g = {"k": 4, "scorer": {"mode": "not measured yet"}, "ready": 0, "wanted": 8, "last_round": None,
+         "groups": {"sampled": 0, "hindsight": 0, "scored": 0, "trained": 0},
+         "verdicts": {"accepted": 5, "rejected": 1, "needed": MIN_EACH}}
+    assert "waiting for the user's verdicts (5 accepted, 1 rejected of 3 each)" in grpo_line(g)
+    g["verdicts"]["rejected"] = MIN_EACH
+    assert "waiting" not in grpo_line(g)

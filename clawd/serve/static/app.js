@@ -101,8 +101,11 @@ function grpoLine(g) {
   const c = g.groups, s = g.scorer || {};
   const scorer = s.mode === "trusted" ? "scorer trusted" : s.mode === "untrusted" ? "scorer untrusted: trains nothing"
     : `scorer ${s.mode || "not measured yet"}`;
+  const v = g.verdicts;
+  const wait = v && Math.min(v.accepted, v.rejected) < v.needed
+    ? `; waiting for the user's verdicts (${v.accepted} accepted, ${v.rejected} rejected of ${v.needed} each)` : "";
   const last = g.last_round ? `; last round ${g.last_round.groups} groups, mean |advantage| ${g.last_round.advantage_mean_abs.toFixed(2)}` : "";
-  return `${c.sampled} groups sampled, ${c.hindsight} hindsight pairs, ${c.trained} trained on; ${scorer}${last}`;
+  return `${c.sampled} groups sampled, ${c.hindsight} hindsight pairs, ${c.trained} trained on; ${scorer}${wait}${last}`;
 }
 
   function renderStatus(st) {
