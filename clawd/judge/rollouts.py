@@ -88,6 +88,8 @@ class Rollouts:
         except Cancelled:
             log.info("GRPO rollouts stopped; they go on at the next idle moment")
         self.last = {"groups": made, "seconds": round(time.monotonic() - t0, 1), "at": time.time()}
+        if made:  # the idle cost of GRPO is this, the round's training and the gate (all logged)
+            log.info("GRPO rollouts: %d group(s) in %.0fs", made, self.last["seconds"])
         return made
 
     def _hindsight(self) -> int:
