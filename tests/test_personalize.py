@@ -467,3 +467,18 @@ def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(t
     # the pairs' reward gaps: prose - listed = 0.9 - 0.2 = +0.7 (decided, right) and 0.9 - 0.95 = -0.05 (under the margin)
     assert got["auc"] == 0.5 and got["decided"] == 0.5 and got["wrong_sign"] == 0.0
     assert got["by_group"] == [{"scorer": "trusted", "answers": [(0.9, True), (0.2, False), (0.95, False)]}]
+
+
+@pytest.mark.fast
+def test_idle_cost_is_read_from_the_daemons_log_lines():
+    """The seconds GRPO's rollouts, training and the gate took, from the lines the daemon writes."""
+    from bench.personalize.evaluate import idle_cost
+    log = "\n".join([
+        "2026-12-04 10:34:20,933 INFO clawd.train: run 1: adapter 0001 from 8 turns, loss 0.0352 → 1.0491, 110s",
+        "2026-12-04 10:36:33,757 INFO clawd.publish: gate passed in 129.3s",
+        "2026-12-04 10:50:01,000 INFO clawd.judge: GRPO rollouts: 5 group(s) in 301s",
+        "2026-12-04 10:51:01,000 INFO clawd.judge: GRPO rollouts: 2 group(s) in 99s",
+        "2026-12-04 10:59:00,000 INFO clawd.train: run 2: adapter 0002 from 7 turns, loss -0.1 → -0.2, 240s",
+        "2026-12-04 11:02:00,000 INFO clawd.publish: gate REJECTED in 150.7s: 2 probes lost",
+        "2026-12-04 11:03:00,000 INFO clawd.judge: turn 125: group of 4 scored 0.81 0.31 0.24 0.57 (trusted)"])
+    assert idle_cost(log) == {"groups": 7, "rollouts_s": 400, "train_s": 350, "gate_s": 280.0, "rounds": 2}

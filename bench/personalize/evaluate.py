@@ -228,3 +228,27 @@ def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:
 
 def _share(items: list[dict], pred) -> float:
     return sum(map(pred, items)) / len(items) if items else 0.0
+
+
+# The daemon's own log lines for the idle work a round costs (clawd/judge/rollouts.py,
+# clawd/train/loop.py, clawd/publish/gate.py): GRPO's sampling and scoring, training, the gate.
+_IDLE = {"rollouts_s": re.compile(r"GRPO rollouts: (\d+) group\(s\) in (\d+)s"),
+         "train_s": re.compile(r"run \d+: adapter \d+ from \d+ turns, loss \S+ → \S+, (\d+)s"),
+         "gate_s": re.compile(r"gate (?:passed|REJECTED) in ([\d.]+)s")}
+
+
+def idle_cost(log: str) -> dict[str, float]:
+    """Seconds of idle work a run's daemon spent, from its log: sampling and scoring groups,
+    training rounds, gating adapters; and the groups made."""
+    out = {"groups": 0.0, "rollouts_s": 0.0, "train_s": 0.0, "gate_s": 0.0, "rounds": 0.0}
+    for line in log.splitlines():
+        for key, rx in _IDLE.items():
+            m = rx.search(line)
+            if m is None:
+                continue
+            out[key] += float(m.groups()[-1])
+            if key == "rollouts_s":
+                out["groups"] += int(m.group(1))
+            elif key == "train_s":
+                out["rounds"] += 1
+    return out

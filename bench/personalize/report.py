@@ -116,6 +116,8 @@ def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
                          # > 0 only in runs from before the simulated user checked for non-answers
                          "non_answers_thanked": sum(t["non_answer"] is not None and t["reaction"] in THANKS for t in turns)},
         "judge": run.get("judge"),
+        # GRPO: its scorer against the checker in the daemon's groups; idle seconds by kind (daemon log)
+        "scorer": run.get("scorer"), "idle": run.get("idle"),
         "rounds": [{"feedback_turns": r["feedback_turns"],
                     "train": r["train"] and {k: r["train"].get(k) for k in ("samples", "steps", "mean_reward", "opd_samples")},
                     "published": bool(r["publish"] and r["publish"].get("passed")),

@@ -65,6 +65,7 @@ from bench.personalize.evaluate import (
     cached_answers,
     grade,
     greedy_answers,
+    idle_cost,
     since,
     wait_for_round,
 )
@@ -238,6 +239,12 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         raise
     finally:
         d.stop()
+    if "cached" not in run and (home / "clawd.log").is_file():  # kept beside the results: what the idle time went to
+        run["idle"] = i = idle_cost((home / "clawd.log").read_text())
+        print(f"  idle work: {i['groups']:.0f} groups in {i['rollouts_s']:.0f}s, {i['rounds']:.0f} rounds trained in "
+              f"{i['train_s']:.0f}s, gates {i['gate_s']:.0f}s", flush=True)
+        (args.out / "logs").mkdir(parents=True, exist_ok=True)
+        shutil.copy(home / "clawd.log", args.out / "logs" / f"{home.name}.log")
     shutil.rmtree(home, ignore_errors=True)  # after the stop: a live daemon still writes its log there
     if "cached" in run:
         return run
