@@ -16,7 +16,7 @@ from .config import Settings, ensure_home
 from .engine.engine import Engine
 from .judge.judge import Judge
 from .judge.rollouts import Rollouts
-from .judge.scorer import MIN_EACH, USER_ANSWERS, Scorer
+from .judge.scorer import Scorer
 from .publish import AdapterError, Adapters
 from .scheduler import Activity, Jobs, Scheduler
 from .serve.app import create_app
@@ -97,10 +97,8 @@ class Daemon:
         round's advantage spread."""
         last = self.scheduler.state.last_train
         m = last.detail if last is not None else {}
-        accepted, rejected = self.store.judged_counts(USER_ANSWERS)
         return {"k": self.settings.grpo_k, "scorer": self.scorer.summary(), "groups": self.store.group_counts(),
-                # the user's fit waits for MIN_EACH verdicts each way: say how far along it is
-                "verdicts": {"accepted": accepted, "rejected": rejected, "needed": MIN_EACH},
+                "verdicts": self.rollouts.verdicts(),  # no group before the user has judged enough each way
                 "ready": self.ready_groups(), "wanted": self.settings.grpo_groups, "last_job": self.rollouts.last,
                 "last_round": {k: m.get(k) for k in ("groups", "group_answers", "advantage_mean_abs",
                                                      "advantage_max_abs")} if m.get("groups") else None}

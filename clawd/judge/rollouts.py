@@ -56,8 +56,14 @@ class Rollouts:
         trust = self.scorer.cached()
         if trust is not None and trust.mode != "trusted":
             return False
-        return bool(self.store.corrections(1)) and min(self.store.judged_counts(USER_ANSWERS)) >= MIN_EACH and bool(
+        v = self.verdicts()
+        return bool(self.store.corrections(1)) and min(v["accepted"], v["rejected"]) >= v["needed"] and bool(
             self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS))
+
+    def verdicts(self) -> dict[str, int]:
+        """The user's judged answers the fit reads, each way, and how many of each it needs first."""
+        accepted, rejected = self.store.judged_counts(USER_ANSWERS)
+        return {"accepted": accepted, "rejected": rejected, "needed": MIN_EACH}
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Make groups until none is left to make, the budget is spent or `stop` is set. Returns
