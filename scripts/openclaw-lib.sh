@@ -151,7 +151,7 @@ oc_jail_works() {
 
 # oc_write_wrapper PATH HOME [JAIL]: an executable PATH that runs OpenClaw with HOME as its home
 # and state (HOME/.openclaw), TMPDIR in HOME, and only the environment it needs: no hosted-provider
-# key or OPENCLAW_* setting of the caller's can leak in. JAIL=1 runs it in the jail above, so
+# key or OPENCLAW_* setting of the caller's can leak in (OPENCLAW_DEBUG alone is passed on). JAIL=1 runs it in the jail above, so
 # neither OpenClaw nor a command its exec tool runs can write outside HOME and /tmp.
 oc_write_wrapper() {
   local path=$1 home=$2 jail=${3:-0} pre=""
@@ -167,6 +167,8 @@ oc_write_wrapper() {
     echo "  XDG_CACHE_HOME=$(printf %q "$home/.cache") XDG_DATA_HOME=$(printf %q "$home/.local/share") \\"
     echo "  XDG_STATE_HOME=$(printf %q "$home/.local/state") TMPDIR=$(printf %q "$home/tmp") \\"
     if [ -n "${NODE_EXTRA_CA_CERTS:-}" ]; then echo "  NODE_EXTRA_CA_CERTS=$(printf %q "$NODE_EXTRA_CA_CERTS") \\"; fi
+    # OPENCLAW_DEBUG=1 makes a failed command print its stack: the one OPENCLAW_* passed through
+    if [ -n "${OPENCLAW_DEBUG:-}" ]; then echo "  OPENCLAW_DEBUG=$(printf %q "$OPENCLAW_DEBUG") \\"; fi
     echo "  $(printf %q "$NODE_BIN/node") $(printf %q "$OPENCLAW") \"\$@\""
   } >"$path"
   chmod 700 "$path"
