@@ -149,7 +149,8 @@ class Settings(BaseSettings):
     # went 0.25 -> 0.12; at 8 and 1e-4, 2 seeds gained +0.12 and +0.38 within 24 turns at a cost of
     # 1 and 0 probes of 48 (bench/results/hidden-judge-lr1e-4-batch8/). The gate, anchored to the
     # base, is what keeps the faster rate from costing general ability.
-    train_batch: int = Field(8, ge=1, description="Judged turns per training round; the scheduler waits for this many.")
+    train_batch: int = Field(8, ge=1, description="Judged turns per training round; a round starts at this many, or fewer "
+                             "when ready GRPO groups make up the rest (ready/train_batch + groups/grpo_groups >= 1).")
     train_minibatch: int = Field(4, ge=1, description="Turns per optimizer step: a round makes train_batch/train_minibatch "
                                  "steps per epoch, each checkpointed. Memory holds one turn at a time either way.")
     train_epochs: int = Field(1, ge=1, description="Passes over a round's turns.")
@@ -187,8 +188,8 @@ class Settings(BaseSettings):
     # the user's own words (clawd/judge/scorer.py), trained on beside the round's turns.
     grpo_k: int = Field(4, ge=0, description="Answers sampled per replayed turn in idle time, compared with each other "
                         "(GRPO); under 2 = no rollouts and no GRPO.")
-    grpo_groups: int = Field(8, ge=1, description="Scored groups that start a training round by themselves (a round "
-                             "also starts at train_batch judged turns, and trains on both).")
+    grpo_groups: int = Field(8, ge=1, description="Scored groups per training round: this many start one by themselves, "
+                             "fewer together with judged turns (ready/train_batch + groups/grpo_groups >= 1).")
     grpo_epochs: int = Field(2, ge=1, description="Passes over a round's groups: from the second on the PPO clip acts.")
     grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group.")
     grpo_budget_s: float = Field(600.0, gt=0, description="Idle seconds one rollout job may sample before it yields to "

@@ -187,7 +187,10 @@ class Scheduler:
             return
         self._asked.discard("judge")  # nothing (left) to judge
         ready, groups = self.jobs.ready_to_train(), self.jobs.ready_groups()
-        enough = ready >= self.settings.train_batch or groups >= self.settings.grpo_groups
+        # A round's worth from either source or from both: 6 of 8 turns and 2 of 8 groups make one.
+        # Each alone would leave the other's evidence waiting for more turns that may be days away.
+        b, g = self.settings.train_batch, self.settings.grpo_groups
+        enough = ready * g + groups * b >= b * g  # ready/b + groups/g >= 1, in integers
         if may_train and (enough or ("train" in self._asked and ready + groups > 0)):
             self._asked.discard("train")
             self._start_training(f"{ready} turns and {groups} GRPO groups ready" + ("" if enough else ", asked for"))

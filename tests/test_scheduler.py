@@ -174,3 +174,14 @@ def test_no_groups_are_made_while_learning_is_paused(tmp_path):
     w.to_sample = 2
     w.store.set_learning_paused(True)
     assert w.ticks() == "idle, learning paused" and w.sampled == 0
+
+
+def test_turns_and_groups_each_short_of_a_round_make_one_together(tmp_path):
+    # 6 of 8 judged turns and 2 of 8 groups: neither is a round alone, together they are one
+    w = World(tmp_path, train_batch=8, grpo_groups=8)
+    w.ready, w.to_sample = 6, 1
+    assert w.ticks() == "sampling groups" and w.groups == 1  # 6/8 + 0/8
+    assert w.ticks() == "idle" and w.started == 0  # 6/8 + 1/8: still short
+    w.to_sample = 1
+    assert w.ticks() == "sampling groups" and w.groups == 2
+    assert w.ticks() == "training" and w.started == 1  # 6/8 + 2/8
