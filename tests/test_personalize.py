@@ -482,3 +482,22 @@ def test_idle_cost_is_read_from_the_daemons_log_lines():
         "2026-12-04 11:02:00,000 INFO clawd.publish: gate REJECTED in 150.7s: 2 probes lost",
         "2026-12-04 11:03:00,000 INFO clawd.judge: turn 125: group of 4 scored 0.81 0.31 0.24 0.57 (trusted)"])
     assert idle_cost(log) == {"groups": 7, "rollouts_s": 400, "train_s": 350, "gate_s": 280.0, "rounds": 2}
+
+
+@pytest.mark.fast
+def test_a_cached_loop_run_is_keyed_by_the_daemons_source(tmp_path):
+    """A scheduler change with the same settings is a new point: the loop cache's key changes with
+    any .py file under clawd/, and with nothing else."""
+    from bench.personalize.run import daemon_source
+    (tmp_path / "clawd" / "train").mkdir(parents=True)
+    (tmp_path / "clawd" / "scheduler.py").write_text("enough = ready >= 8\n")
+    (tmp_path / "clawd" / "train" / "loop.py").write_text("")
+    first = daemon_source(tmp_path)
+    (tmp_path / "clawd" / "notes.md").write_text("not code")
+    assert daemon_source(tmp_path) == first
+    (tmp_path / "clawd" / "scheduler.py").write_text("enough = ready * 8 + groups * 8 >= 64\n")
+    assert daemon_source(tmp_path) != first
+    (tmp_path / "clawd" / "scheduler.py").write_text("enough = ready >= 8\n")
+    assert daemon_source(tmp_path) == first
+    (tmp_path / "clawd" / "train" / "loop.py").rename(tmp_path / "clawd" / "loop.py")  # same text, moved
+    assert daemon_source(tmp_path) != first

@@ -38,8 +38,9 @@ its own samples that the checker passes: what a perfect scorer would reach, orac
 and loop (what the daemon learned from the simulated user). Each comes with a bootstrap 95%
 interval, continuous measures (measures.py), probes lost against the base, and the loop's
 gain as a share of the oracle's. The base and told answers, the oracle's record and each finished loop
-run are cached in OUT/cache by model file and settings: a sweep run again with the same flags in
-the next sitting picks up where the last one stopped. The control user (--scenarios control) has no hidden
+run are cached in OUT/cache by model file and settings (a loop run by the daemon's source too: it
+is what the code does end to end): a sweep run again with the same flags in the next sitting picks
+up where the last one stopped. The control user (--scenarios control) has no hidden
 preference: its runs are scored on every pool, and every scenario's adherence must stay where it was.
 """
 
@@ -213,7 +214,7 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         # A finished loop run is kept like the reference columns, so that a sweep spanning sittings
         # picks up where the last one stopped (its summary was written when it finished).
         key = json.dumps([d.model_key(), sc.name, sc.prompts, method, seed, args.turns, args.max_tokens,
-                          args.score_every_adapter, d.settings, pools])
+                          args.score_every_adapter, d.settings, pools, daemon_source()])
         done = cache / f"loop-{sc.name}-{method}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if loop and done.is_file():
             print(f"  loop: finished in an earlier sitting ({done.name})", flush=True)
@@ -253,6 +254,17 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         cache.mkdir(parents=True, exist_ok=True)
         done.write_text(json.dumps(run, ensure_ascii=False))
     return run
+
+
+def daemon_source(root: Path = ROOT) -> str:
+    """A digest of clawd/'s Python source. A finished loop run is reused only by the code that made
+    it: a scheduler change with the same settings is a new point. (The base, told and oracle
+    columns are keyed without it: they go through serving and training paths that rarely change,
+    and each costs up to an hour to measure again.)"""
+    h = hashlib.sha256()
+    for path in sorted((root / "clawd").rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namespace, run: dict[str, Any],
