@@ -118,6 +118,7 @@ def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
         "judge": run.get("judge"),
         # GRPO: its scorer against the checker in the daemon's groups; idle seconds by kind (daemon log)
         "scorer": run.get("scorer"), "idle": run.get("idle"),
+        "code": run.get("code"),  # the daemon's source digest and commit (runs from 2026-12-04 evening on)
         "rounds": [{"feedback_turns": r["feedback_turns"],
                     "train": r["train"] and {k: r["train"].get(k) for k in ("samples", "steps", "mean_reward", "opd_samples")},
                     "published": bool(r["publish"] and r["publish"].get("passed")),

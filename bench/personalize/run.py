@@ -51,6 +51,7 @@ import hashlib
 import json
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -220,6 +221,7 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
             print(f"  loop: finished in an earlier sitting ({done.name})", flush=True)
             run = json.loads(done.read_text()) | {"cached": done.name}
         elif loop:
+            run["code"] = {"clawd_source": daemon_source(), "commit": git_commit()}  # which daemon this measured
             converse_and_learn(d, sc, seed, args, run, pools)
             if not args.score_every_adapter:
                 live = (d.status()["adapter"] or {}).get("version")
@@ -265,6 +267,18 @@ def daemon_source(root: Path = ROOT) -> str:
     for path in sorted((root / "clawd").rglob("*.py")):
         h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, "+dirty" when clawd/ has uncommitted changes; None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "clawd"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namespace, run: dict[str, Any],
