@@ -214,14 +214,15 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
                                "rounds": []}
         # A finished loop run is kept like the reference columns, so that a sweep spanning sittings
         # picks up where the last one stopped (its summary was written when it finished).
+        source = daemon_source()
         key = json.dumps([d.model_key(), sc.name, sc.prompts, method, seed, args.turns, args.max_tokens,
-                          args.score_every_adapter, d.settings, pools, daemon_source()])
+                          args.score_every_adapter, d.settings, pools, source])
         done = cache / f"loop-{sc.name}-{method}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if loop and done.is_file():
             print(f"  loop: finished in an earlier sitting ({done.name})", flush=True)
             run = json.loads(done.read_text()) | {"cached": done.name}
         elif loop:
-            run["code"] = {"clawd_source": daemon_source(), "commit": git_commit()}  # which daemon this measured
+            run["code"] = {"clawd_source": source, "commit": git_commit()}  # which daemon this measured
             converse_and_learn(d, sc, seed, args, run, pools)
             if not args.score_every_adapter:
                 live = (d.status()["adapter"] or {}).get("version")
