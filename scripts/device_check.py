@@ -148,7 +148,7 @@ def train(work: Path, engine) -> dict:
     before = pynvml.nvmlDeviceGetMemoryInfo(dev).used
     trainer, events, deadline = Trainer(settings, serving=asdict(serving)).start(), [], time.time() + 300
     while time.time() < deadline and not any(e["event"] in ("done", "error", "waiting", "idle") for e in events):
-        events += trainer.events()
+        events += [e.to_json() for e in trainer.events()]  # TrainEvent records, flat as status shows them
         time.sleep(0.2)
     trainer.join(60)
     done.set()
