@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # The CUDA path end to end on a lent device machine (issue 18), in one run of at most 10 minutes
-# that installs nothing from the network. Ready; not run yet (no session has had a device).
+# that installs nothing from the network.
 #
 #   here, once:   bash scripts/device-prepare.sh          (downloads; prints the sizes below)
+#   here, always: the rehearsal, every phase on this CPU with a tiny model (3 minutes); see
+#                 scripts/device_check.py's docstring for the command
 #   device tool:  run(command="bash scripts/device-check.sh", carry=[".device"], timeout_s=600)
+#
+# First run, 2026-12-04 (an H200, driver 580, nvcc 13.0, torch 2.11 cu130): the build took 272 s
+# on 16 cores and the model phase 47-57 s, so the whole check may not fit one call: then
+# `DEVICE_CHECK_STAGE=build` first and the rest at once after (the machine stays warm 30 s).
+# That run found that torch and this llama.cpp build cannot share a process there (see
+# scripts/device_check.py, "Processes"); serving alone measured, on the random-weight 1B model:
+# bf16 41,398 prompt tok/s and 536 generated tok/s, Q4_K_M 25,731 and 564 (709-token prompt, 256
+# greedy tokens). The round, swap and agreement phases have not run on a GPU yet.
 #
 # What travels (sizes as device-prepare.sh printed them, 2026-12-01):
 #   the repo's tracked files                                      1.5 MB

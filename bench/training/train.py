@@ -63,18 +63,21 @@ def reset_peak(device) -> None:
 def synthetic_turns(store, model: Path, n: int = ROUND_TURNS, tokens: int = ROUND_TOKENS) -> list[int]:
     """`n` judged main turns of about `tokens` prompt tokens: rewards alternate ±1, every fourth
     has a hint. Rendered with the GGUF's template and tokenized as the engine does."""
-    import torch
+    import random
+
     from llama_cpp import Llama
 
     from clawd.store.records import Judgment, NextState, Turn
     from clawd.train import samples as S
 
+    # No torch here: scripts/device_check.py calls this in a process that holds llama.cpp's CUDA
+    # build, and the two abort together there
     llm, template = Llama(str(model), vocab_only=True, verbose=False), S.gguf_template(model)
-    g = torch.Generator().manual_seed(1)
+    rng = random.Random(1)
     words = ["river", "stone", "seven", "quietly", "market", "orbit", "paper", "green", "answer", "window"]
     ids = []
     for i in range(n):
-        pick = lambda k: " ".join(words[j] for j in torch.randint(0, len(words), (k,), generator=g).tolist())  # noqa: E731
+        pick = lambda k: " ".join(rng.choices(words, k=k))  # noqa: E731
         req = {"messages": [{"role": "system", "content": "You are a helpful assistant. " + pick(tokens // 2)},
                             {"role": "user", "content": f"Question {i}: {pick(tokens // 4)}?"}],
                "tools": [], "tool_choice": "none", "temperature": 0.7}
