@@ -10,7 +10,7 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
-from .store.answers import AdaptersState, Status
+from .store.answers import AdaptersState, Status, TrainingStatus
 from .store.records import TrainEvent
 
 
@@ -29,12 +29,7 @@ def status(st: Status) -> None:
     t.add_row("scores", sparkline(st.recent_scores) or "no judged turns yet")
     t.add_row("judge", judge_line(st.judge))
     tr = st.training
-    last = tr.last
-    t.add_row("training", (f"last round {last.event} {ago(time.time() - (last.at or time.time()))} ago; " if last
-                           else "no round yet; ")
-              + f"next when {tr.ready}/{tr.batch} turns are ready and idle {tr.idle_seconds:.0f}s"
-              + ("" if tr.auto else " (auto_learn is off)")
-              + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.paused else ""))
+    t.add_row("training", training_line(tr, st.grpo))
     if st.grpo:
         t.add_row("GRPO", grpo_line(st.grpo))
     t.add_row("backend", f"{tr.backend or 'none yet'} (train_backend={tr.backend_setting})")
@@ -46,6 +41,19 @@ def status(st: Status) -> None:
     t.add_row("memory", f"{st.memory_mb:.0f} MB")
     t.add_row("data", st.home)
     Console().print(t)
+
+
+def training_line(tr: TrainingStatus, grpo: dict | None) -> str:
+    """The last round, and what the next one waits for: judged turns, with GRPO's scored groups
+    counting toward the same round (scheduler: ready/train_batch + groups/grpo_groups >= 1)."""
+    last = tr.last
+    done = f"last round {last.event} {ago(time.time() - (last.at or time.time()))} ago; " if last else "no round yet; "
+    if grpo and grpo["k"] >= 2:
+        need = f"{tr.ready}/{tr.batch} turns + {grpo['ready']}/{grpo['wanted']} groups make a whole round"
+    else:
+        need = f"{tr.ready}/{tr.batch} turns are ready"
+    return (done + f"next when {need} and idle {tr.idle_seconds:.0f}s" + ("" if tr.auto else " (auto_learn is off)")
+            + (" — [yellow]learning paused[/yellow] (dashboard, POST /v1/clawd/learning/resume)" if tr.paused else ""))
 
 
 def progress_line(e: TrainEvent) -> str:

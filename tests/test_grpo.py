@@ -329,3 +329,18 @@ def test_status_says_the_user_fit_waits_for_verdicts_each_way():
     assert "waiting for the user's verdicts (5 accepted, 1 rejected of 3 each)" in grpo_line(g)
     g["verdicts"]["rejected"] = MIN_EACH
     assert "waiting" not in grpo_line(g)
+
+
+@fast
+def test_status_says_a_round_waits_for_turns_and_groups_together():
+    """The training line names both counts that start a round (the scheduler's rule), and only
+    the turns when GRPO is off."""
+    from clawd.cli_show import training_line
+    from clawd.store.answers import TrainingStatus
+
+    tr = TrainingStatus(last=None, progress=None, last_publish=None, batch=8, ready=6, backend=None,
+                        backend_setting="auto", auto=True, idle_seconds=60, paused=False)
+    g = {"k": 4, "ready": 1, "wanted": 8}
+    assert "next when 6/8 turns + 1/8 groups make a whole round and idle 60s" in training_line(tr, g)
+    assert "next when 6/8 turns are ready" in training_line(tr, {**g, "k": 0})
+    assert "groups" not in training_line(tr, None)
