@@ -77,7 +77,7 @@ class Daemon:
             rollouts_pending=self.rollouts.pending,
             rollouts=self.rollouts.run,
             staged=adapter_dir.staged_round,
-            start_trainer=lambda: Trainer(settings, serving=self._serving()).start(),
+            start_trainer=lambda: Trainer(settings, serving=self._serving(), template=self.engine.template.spec()).start(),
             publish=self._publish,
             unpublished=self.adapters.newest_trained,
         ))

@@ -23,8 +23,8 @@ engine died at its first model load, and torch imported after llama.cpp aborted 
 pointer"); an engine made after numpy alone was imported died in its tokenizer's setup too. So
 this process imports llama_cpp first and never torch; what needs torch (building the checkpoint,
 the transformers side of the agreement) runs in a child of this script (`--torch-phase`), and the
-round in the trainer child the daemon itself starts (which loads both: the check shows whether
-that holds on the device).
+round in the trainer child, started as the daemon starts it: with the engine's chat template, so
+that it never loads llama.cpp either.
 
 `--cpu` rehearses every phase here, on a CPU, with a tiny model of the same architecture (3 minutes
 on 2 cores): what a device session should never be the first to find. With .device/ made by
@@ -192,7 +192,7 @@ def train(work: Path, engine, cuda: bool) -> dict:
 
     threading.Thread(target=sample, daemon=True).start()
     before = used()
-    trainer, events, deadline = Trainer(settings, serving=asdict(serving)).start(), [], time.time() + 300
+    trainer, events, deadline = Trainer(settings, serving=asdict(serving), template=engine.template.spec()).start(), [], time.time() + 300
     while time.time() < deadline and not any(e["event"] in ("done", "error", "waiting", "idle") for e in events):
         events += [e.to_json() for e in trainer.events()]  # TrainEvent records, flat as status shows them
         time.sleep(0.2)

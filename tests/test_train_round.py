@@ -263,6 +263,36 @@ def test_child_pauses_is_killed_and_the_next_round_resumes(home, backend, engine
     store.close()
 
 
+def test_child_given_the_engines_template_never_loads_llama_cpp(home, engine, tmp_path, monkeypatch):
+    """The daemon hands the trainer child its engine's chat template, so the child (which holds
+    torch) never loads llama.cpp: on a CUDA machine the two aborted in one process
+    (docs/device-check.md). A llama_cpp that refuses to import, first on the child's path, shows it."""
+    poison = tmp_path / "poison" / "llama_cpp"
+    poison.mkdir(parents=True)
+    (poison / "__init__.py").write_text("raise ImportError('the trainer child loaded llama_cpp')\n")
+    monkeypatch.syspath_prepend(str(poison.parent))  # a spawned child starts from this process's sys.path
+    store = Store(home / "clawd.db")
+    for user, completion, score in (("What is 3+3?", "3+3 is 6.", 1), ("Say yes.", "No.", -1)):
+        judge(store, add_turn(store, engine, user, completion), score)
+    store.close()
+    s = settings(home, train_minibatch=1)
+
+    trainer, seen = Trainer(s).start(), []  # no template: the child reads the GGUF's, and cannot here
+    deadline = time.time() + 300
+    while not any(e.final for e in seen) and time.time() < deadline:
+        seen += trainer.events()
+        time.sleep(0.1)
+    trainer.join(30)
+    assert seen[-1].event == "error" and "llama_cpp" in seen[-1].error
+
+    trainer, seen = Trainer(s, template=engine[0].spec()).start(), []
+    try:
+        done = wait_for(trainer, "done", seen)
+    finally:
+        trainer.join(30)
+    assert done.steps == 2
+
+
 def served_logprobs(backend, shift: float = 0.0):
     """The engine's record of a turn served by the base weights, at T = 1 (what it logs), plus `shift`:
     as if the policy that served it found every token e^shift likelier than the base does."""

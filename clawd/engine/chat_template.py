@@ -50,6 +50,12 @@ class ChatTemplate:
         self._template = env.from_string(source)
         self.native_tools = "tools" in source
 
+    def spec(self) -> dict[str, Any]:
+        """What makes this template, as plain data: ChatTemplate(**spec) builds it again (in the
+        trainer child, which then need not load llama.cpp to read the GGUF's)."""
+        return {"source": self.source, "bos_token": self.bos_token, "eos_token": self.eos_token,
+                "control": self.control}
+
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, prefill: str = "") -> str:
         """Prompt text for `messages` (already normalized by serve: string content, no developer role)."""

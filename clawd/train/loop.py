@@ -35,6 +35,7 @@ import torch
 
 from ..adapter_dir import OPTIMIZER_NAME, AdapterDir, AdapterDirError, fsync_dir
 from ..config import Settings, ensure_home
+from ..engine.chat_template import ChatTemplate
 from ..store.records import RoundState, TrainEvent
 from ..store.store import Store
 from . import memory
@@ -101,9 +102,10 @@ class RoundResult:
 
 def run_round(settings: Settings, store: Store | None = None, backend: Backend | None = None,
               progress: Progress | None = None, control: Control | None = None,
-              serving: memory.Serving | None = None) -> RoundResult | None:
+              serving: memory.Serving | None = None, template: ChatTemplate | None = None) -> RoundResult | None:
     """Train one round; None when no turn is ready. `backend` lets a caller keep a loaded model;
-    `serving` is what the daemon's engine holds (None: nothing serves beside this round)."""
+    `serving` is what the daemon's engine holds (None: nothing serves beside this round);
+    `template` the engine's chat template (None: read from the GGUF with llama.cpp)."""
     home = ensure_home(settings.home)
     adapters = AdapterDir(home)
     own = store is None
@@ -111,7 +113,7 @@ def run_round(settings: Settings, store: Store | None = None, backend: Backend |
     try:
         with adapters.exclusive():
             return _round(settings, store, adapters, backend, progress or (lambda e: None), control or Control(),
-                          serving or memory.Serving("cpu", 0, 0, 0, 0))
+                          serving or memory.Serving("cpu", 0, 0, 0, 0), template)
     except AdapterDirError as e:
         raise TrainError(str(e)) from None
     finally:
@@ -119,7 +121,7 @@ def run_round(settings: Settings, store: Store | None = None, backend: Backend |
             store.close()
 
 
-def _round(settings, store, adapters: AdapterDir, backend, progress, control, serving) -> RoundResult | None:
+def _round(settings, store, adapters: AdapterDir, backend, progress, control, serving, template) -> RoundResult | None:
     st = _load_staging(adapters)
     if st is None:
         if store.fail_unstaged_runs():  # runs killed before their first checkpoint: nothing to resume
@@ -144,7 +146,7 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control, se
         st.limit = limit
     run_id = st.run_id
     try:
-        return _train(knobs, store, adapters, backend, progress, control, st, model_path, sha, mem)
+        return _train(knobs, store, adapters, backend, progress, control, st, model_path, sha, mem, template)
     except Stopped:
         log.info("run %d stopped after step %d; the next round resumes it", run_id, st.step)
         raise
@@ -198,14 +200,14 @@ def _memory_plan(settings: Settings, store: Store, st: RoundState, backend: Back
 
 
 def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control, st: RoundState, model_path: Path,
-           sha: str, mem: memory.Plan) -> RoundResult:
+           sha: str, mem: memory.Plan, template: ChatTemplate | None) -> RoundResult:
     """The round from loading to its adapter; `k`: the settings with the round's own knobs."""
     t0 = time.perf_counter()
     control.checkpoint()  # loading is seconds of CPU that cannot pause: a request waiting now goes first
     progress(TrainEvent("load", run_id=st.run_id, detail={"turns": len(st.turn_ids)}))
     if backend is None:
         backend = load_backend(k, model_path, sha)
-    template = gguf_template(model_path)
+    template = template or gguf_template(model_path)
     turns = [store.turn(i) for i in st.turn_ids]
     if any(t is None for t in turns):
         raise TrainError(f"turns {[i for i, t in zip(st.turn_ids, turns) if t is None]} are gone from the database")

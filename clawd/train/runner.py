@@ -49,7 +49,8 @@ def return_freed_memory() -> None:
             pass
 
 
-def _child(settings: dict[str, Any], serving: dict[str, Any] | None, go, stop, events, parent: int) -> None:
+def _child(settings: dict[str, Any], serving: dict[str, Any] | None, template: dict[str, Any] | None, go, stop, events,
+           parent: int) -> None:
     _die_with_parent(parent)
     return_freed_memory()
     os.environ["TQDM_DISABLE"] = "1"  # the library's bars would fill the daemon's log; progress goes as events
@@ -60,13 +61,15 @@ def _child(settings: dict[str, Any], serving: dict[str, Any] | None, go, stop, e
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the daemon's terminal: the parent decides
     os.nice(10)  # a request arriving mid micro-step still gets the CPU first (pause waits for the step's end)
+    from ..engine.chat_template import ChatTemplate
     from .loop import Control, NoRoom, Stopped, run_round
     from .memory import Serving
 
     try:
         control = Control(go, stop, on_pause=lambda paused: events.put(TrainEvent("paused" if paused else "resumed")))
         result = run_round(Settings(**settings), progress=events.put, control=control,
-                           serving=Serving(**serving) if serving else None)
+                           serving=Serving(**serving) if serving else None,
+                           template=ChatTemplate(**template) if template else None)
         if result is None:
             events.put(TrainEvent("idle"))
     except Stopped:
@@ -84,14 +87,17 @@ class Trainer:
     """One training round in a spawned child. Poll `events()` for its progress (TrainEvent:
     load, start, step, paused, resumed, then done | idle | stopped | waiting | error).
     `serving`: what the daemon's engine holds (clawd.train.memory.Serving's fields), for the
-    child's memory plan."""
+    child's memory plan. `template`: the engine's chat template (ChatTemplate.spec()), so that the
+    child, which holds torch, never loads llama.cpp as well: on a CUDA machine the two aborted in
+    one process (docs/device-check.md). None: the child reads the GGUF's with llama.cpp."""
 
-    def __init__(self, settings: Settings, serving: dict[str, Any] | None = None):
+    def __init__(self, settings: Settings, serving: dict[str, Any] | None = None,
+                 template: dict[str, Any] | None = None):
         self.settings = settings
         ctx = mp.get_context("spawn")  # never fork a process holding llama.cpp threads
         self._go, self._stop, self._events = ctx.Event(), ctx.Event(), ctx.Queue()
         self._go.set()
-        self.proc = ctx.Process(target=_child, args=(settings.model_dump(mode="json"), serving, self._go, self._stop, self._events, os.getpid()),
+        self.proc = ctx.Process(target=_child, args=(settings.model_dump(mode="json"), serving, template, self._go, self._stop, self._events, os.getpid()),
                                 name="clawd-train", daemon=True)
         self._ended = False
 
