@@ -181,6 +181,11 @@ class Settings(BaseSettings):
     # buys little general ability for what it costs complaints: off by default, as in OpenClaw-RL's scripts.
     train_kl_coef: float = Field(0.0, ge=0, description="Weight of the per-token KL(adapter ‖ base weights) penalty "
                                  "that keeps an adapter near the base model's general ability; 0 = none.")
+    train_anchor_coef: float = Field(0.0, ge=0, description="Weight of the anchor term: on general prompts with "
+                                     "explicit formats (clawd/train/anchors.jsonl), each round keeps the base weights' own "
+                                     "answers at least as likely as the base finds them (a floor per token: loss.keep_floor), so that a "
+                                     "user's style does not leak into instructions like 'answer with just the number'. "
+                                     "0 = off. Not yet measured on the learning bench, so off by default.")
     train_base: Path | None = Field(None, description="Hugging Face checkpoint directory to train on instead of the "
                                     "served GGUF dequantized; its tokenizer must give the engine's token ids.")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from clawd.train.backend import Backend, train_tokens
-from clawd.train.loss import K3_MAX, group_advantages, grpo_loss, kl_k3, policy_loss, tis_weight, topk_kl
+from clawd.train.loss import K3_MAX, group_advantages, grpo_loss, keep_floor, kl_k3, policy_loss, tis_weight, topk_kl
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 
@@ -114,6 +114,17 @@ def test_kl_k3_by_hand_and_its_pull_toward_the_base():
     # gradient 1 − π_base/π_θ: none where they agree, descent lowers a token the adapter overrates, raises one it underrates
     assert logp.grad[0] == pytest.approx(torch.tensor([0.0, 0.5, -2.0]), abs=1e-5)
     assert kl_k3(torch.tensor([[-30.0]]), torch.tensor([[0.0]])).item() == K3_MAX  # capped
+
+
+def test_keep_floor_by_hand_pulls_only_what_fell_below_the_base():
+    base = torch.log(torch.tensor([[0.5, 0.2, 0.3]]))
+    logp = torch.log(torch.tensor([[0.5, 0.4, 0.1]])).requires_grad_(True)
+    floor = keep_floor(logp, base)
+    assert floor.detach()[0] == pytest.approx(torch.tensor([0.0, 0.0, math.log(3)]), abs=1e-6)
+    floor.sum().backward()
+    # −∇log π_θ on the token that fell (from the first nat, unlike k3's 1 − π_base/π_θ); nothing on the rest
+    assert logp.grad[0] == pytest.approx(torch.tensor([0.0, 0.0, -1.0]), abs=1e-6)
+    assert base.grad is None
 
 
 def test_kl_term_adds_to_the_surrogate():

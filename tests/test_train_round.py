@@ -358,3 +358,40 @@ def test_the_kl_term_keeps_the_adapter_nearer_the_base(tmp_path, base, backend, 
     assert moved1 < moved0, out
     assert len(k3) == 8 and k3[0] == pytest.approx(0, abs=1e-6) and k3[-1] > 0  # from the base (B = 0), away from it
     assert out[0.0][1] is None  # not measured when the term is off
+
+
+def test_anchors_keep_the_base_answers_to_general_prompts(tmp_path, base, backend, engine):
+    """Turns that reward wordiness over a bare number, trained with and without the anchor term:
+    with it, the base weights' own answers to the anchor prompts (just the number, yes or no…) stay
+    likelier, while the rewards still push each turn the right way."""
+    from clawd.train.anchors import load_prompts
+
+    drop = {}
+    for coef in (0.0, 1.0):
+        home = tmp_path / f"anchor-{coef}"
+        (home / "train").mkdir(parents=True)
+        os.symlink(base[1], home / "train" / base[1].name)
+        store = Store(home / "clawd.db")
+        wordy = add_turn(store, engine, "What is 3+3? Answer with just the number.",
+                         "Well, when you add three and three together, you get six.")
+        bare = add_turn(store, engine, "What is 4+4? Answer with just the number.", "8")
+        judge(store, wordy, 1)
+        judge(store, bare, -1)
+        before = {t.id: logprob(backend, t, None) for t in (wordy, bare)}
+        result = run_round(settings(home, lr=5e-4, train_minibatch=1, train_epochs=4, train_anchor_coef=coef),
+                           store=store, backend=backend)
+        after = {t.id: logprob(backend, t, result.path) for t in (wordy, bare)}
+        assert after[wordy.id] > before[wordy.id] and after[bare.id] < before[bare.id]
+        store.close()
+        if coef:
+            assert result.metrics["anchors"] == len(load_prompts()) and result.metrics["group_answers"] == 0
+            cached = json.loads(next((home / "train").glob("anchors-*.json")).read_text())
+        else:
+            assert result.metrics["anchors"] == 0
+        drop[coef] = result.path
+    # the anchors' answers as the base wrote them (the cache of the run with the term), per token
+    anchors = [Turn(session_id=0, index=0, kind="main", completion_id=str(i), request={}, prompt_ids=p, completion_ids=a)
+               for i, (p, a) in enumerate(cached)]
+    lost = {coef: sum(logprob(backend, t, None) - logprob(backend, t, path) for t in anchors)
+            / sum(len(t.completion_ids) for t in anchors) for coef, path in drop.items()}
+    assert lost[0.0] > 0 and lost[1.0] < lost[0.0] / 2, lost

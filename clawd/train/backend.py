@@ -148,6 +148,17 @@ class Backend:
         top = lp.topk(k, -1)
         return lp.gather(-1, target).squeeze(-1), top.indices, top.values
 
+    @torch.no_grad()
+    def greedy(self, ids: list[int], n: int, stop: set[int]) -> list[int]:
+        """The base weights' (adapter off) greedy continuation of `ids`: at most `n` tokens, through
+        the first of `stop`. No KV cache: it runs once per base model, on short prompts."""
+        out: list[int] = []
+        with self.model.disable_adapter():
+            while len(out) < n and (not out or out[-1] not in stop):
+                x = torch.tensor([ids + out], device=self.device)  # (1, T)
+                out.append(int(self._logits(x, 1)[0, -1].argmax()))
+        return out
+
     def logprobs_and_at(self, ids: list[int], n_prompt: int, temperature: float,
                         at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The adapter's log softmax(z / T) at each completion position, from one forward pass with

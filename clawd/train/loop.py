@@ -39,9 +39,10 @@ from ..engine.chat_template import ChatTemplate
 from ..store.records import RoundState, TrainEvent
 from ..store.store import Store
 from . import memory
+from .anchors import anchor_samples
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
 from .batches import GroupError, group_plan, group_samples, groups_of, minibatches
-from .loss import grpo_loss, kl_k3, policy_loss
+from .loss import grpo_loss, keep_floor, kl_k3, policy_loss
 from .samples import WEIGHTS, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
 from .scoring import round_metrics, score_sample
 
@@ -49,7 +50,7 @@ log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
-         "grpo_epochs", "opd_topk")
+         "grpo_epochs", "opd_topk", "train_anchor_coef")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
@@ -220,8 +221,11 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
     n_turns = len(samples)  # then each group's answers, each with its group advantage as the reward
     samples += group_samples(groups, template, backend.encode, limit)
+    n_trained = len(samples)  # then the anchors: the base's own answers, kept (anchors.py)
     w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k.train_method], (k.w_rl, k.w_opd)))
-    kl_coef = k.train_kl_coef
+    kl_coef, anchor_coef = k.train_kl_coef, k.train_anchor_coef
+    if anchor_coef:
+        samples += anchor_samples(backend, template, k.home / "train", sha, control.checkpoint)
 
     if st.old is not None and [len(o) for o in st.old] != [len(s.completion_ids) for s in samples]:
         raise TrainError("the staged round does not match its turns any more; it was discarded, run again")
@@ -235,13 +239,15 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     else:
         backend.reset_lora()
     if not st.scored:  # a fresh round (or one staged before the importance weights were kept)
-        scores = [score_sample(backend, control.checkpoint, s, w_opd > 0 and i < n_turns, kl_coef > 0, k.train_tis_cap, k.opd_topk)
-                  for i, s in enumerate(samples)]
+        scores = [score_sample(backend, control.checkpoint, s, w_opd > 0 and i < n_turns, kl_coef > 0 or i >= n_trained,
+                               k.train_tis_cap, k.opd_topk) for i, s in enumerate(samples)]
         st.old, st.teacher, st.base, st.tis, st.drift, st.teacher_topk = (
             [sc[key] for sc in scores] for key in ("old", "teacher", "base", "tis", "drift", "teacher_topk"))
         st.plan = (minibatches(n_turns, k.train_minibatch, k.train_epochs, seed=st.run_id or 0)
                    + group_plan([len(g.rollouts) for g, _ in groups], n_turns, k.train_minibatch, k.grpo_epochs,
                                  seed=st.run_id or 0))
+        for j, a in enumerate(range(n_trained, len(samples))):  # the anchors, spread over the round's steps
+            st.plan[j % len(st.plan)].append(a)
         _save_staging(adapters, st)  # from here a kill resumes without scoring again
     assert st.old is not None and st.teacher is not None and st.base is not None and st.tis is not None
     opt = torch.optim.AdamW(backend.lora, lr=k.lr, weight_decay=0.0)
@@ -257,8 +263,11 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     micro: list[float] = []  # seconds per micro-step, this process's share of the round
     for step in range(st.step, len(plan)):
         total, kl = 0.0, 0.0
-        # a GRPO step's loss is its token mean over all its answers (grpo_loss), one answer per micro-step
-        step_tokens = sum(len(samples[i].completion_ids) for i in plan[step])
+        # a GRPO step's loss is its token mean over all its answers (grpo_loss), one answer per micro-step;
+        # a turn's loss is its mean over the step's turns, an anchor's over the step's anchors
+        step_tokens = sum(len(samples[i].completion_ids) for i in plan[step] if n_turns <= i < n_trained)
+        step_turns = sum(i < n_turns for i in plan[step])
+        step_anchors = sum(i >= n_trained for i in plan[step])
         for i in plan[step]:
             control.checkpoint()
             t_micro = time.perf_counter()
@@ -271,18 +280,21 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
                 logp, at = backend.logprobs_and_at(s.ids, len(s.prompt_ids), s.temperature, top[0])  # (C,), (C, K)
                 logp, topk = logp[None], (at[None], top[1].to(dev)[None])  # (1, C); (1, C, K) twice
             old, teacher, tis = (x[i].to(dev)[None] for x in (st.old, st.teacher, st.tis))  # (1, C)
-            base = st.base[i].to(dev)[None] if kl_coef else None  # (1, C)
+            base = st.base[i].to(dev)[None] if st.base[i] is not None else None  # (1, C)
             if i < n_turns:
                 loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
-                                   w_rl, w_opd, tis, base, kl_coef, topk) / len(plan[step])
+                                   w_rl, w_opd, tis, base, kl_coef, topk) / step_turns
+            elif i >= n_trained:  # an anchor: only the pull back to the base's own answer
+                assert base is not None
+                loss = anchor_coef * keep_floor(logp, base).mean() / step_anchors
             else:
                 mask = torch.ones_like(old)
                 loss = grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) \
                     * mask.sum() / step_tokens
             loss.backward()
             total += float(loss.detach())
-            if base is not None:
-                kl += float(kl_k3(logp.detach(), base).mean()) / len(plan[step])
+            if base is not None and kl_coef and i < n_trained:
+                kl += float(kl_k3(logp.detach(), base).mean()) / (len(plan[step]) - step_anchors)
             micro.append(time.perf_counter() - t_micro)  # what a request arriving now may wait for (issue 6)
         torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
         opt.step()
@@ -295,7 +307,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
                             detail={"micro_step_s": round(max(micro[-len(plan[step]):]), 3)}))
 
     seconds = time.perf_counter() - t0
-    metrics = round_metrics(samples, n_turns, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
+    metrics = round_metrics(samples, n_turns, n_trained, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
                                                                           "memory_plan": mem.as_dict()}
     if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
         log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "

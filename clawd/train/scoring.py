@@ -59,10 +59,10 @@ def score_sample(backend: Backend, checkpoint: Callable[[], None], s: Sample, te
     return out
 
 
-def round_metrics(samples: list[Sample], n_turns: int, st: RoundState, w_opd: float, kl_coef: float, seconds: float,
-             backend: Backend) -> dict[str, Any]:
-    """The round's record (meta.json, train_runs.metrics); samples[n_turns:] are the groups' answers,
-    whose `reward` is their group advantage."""
+def round_metrics(samples: list[Sample], n_turns: int, n_trained: int, st: RoundState, w_opd: float, kl_coef: float,
+                  seconds: float, backend: Backend) -> dict[str, Any]:
+    """The round's record (meta.json, train_runs.metrics); samples[n_turns:n_trained] are the groups'
+    answers, whose `reward` is their group advantage, and samples[n_trained:] the anchors."""
     assert st.teacher is not None and st.old is not None and st.tis is not None and st.drift is not None
     plan = st.plan or []
     opd = [float((t - o).mean()) for s, t, o in zip(samples, st.teacher, st.old) if s.teacher_ids is not None and w_opd]
@@ -70,14 +70,14 @@ def round_metrics(samples: list[Sample], n_turns: int, st: RoundState, w_opd: fl
     drift = [d for d in st.drift if d is not None]
     n = sum(d[1] for d in drift)
     weights = sum(float(w.sum()) for w, d in zip(st.tis, st.drift) if d is not None)
-    adv = [abs(s.reward) for s in samples[n_turns:]]
+    adv = [abs(s.reward) for s in samples[n_turns:n_trained]]
     turn_rewards = [s.reward for s in samples[:n_turns]]
     return {"samples": len(samples), "rewards": turn_rewards,
-            "groups": len(st.group_ids), "group_answers": len(adv),
+            "groups": len(st.group_ids), "group_answers": len(adv), "anchors": len(samples) - n_trained,
             "advantage_mean_abs": round(sum(adv) / len(adv), 4) if adv else None,
             "advantage_max_abs": round(max(adv), 4) if adv else None,
             "temperatures": [s.temperature for s in samples],
-            "stale_turns": sum(s.adapter_version != st.parent for s in samples),
+            "stale_turns": sum(s.adapter_version != st.parent for s in samples[:n_trained]),
             "rollout_drift": sum(d[0] for d in drift) / n if n else None,
             "tis_weight_mean": weights / n if n else None, "tis_clipped": sum(d[2] for d in drift) / n if n else None,
             "hints_cut": sum(s.hint_cut for s in samples), "system_prompt_cut": sum(s.system_cut > 0 for s in samples),
