@@ -333,27 +333,34 @@ def lora_delta(path: Path) -> float:
     return sum(float((2.0 * sd[k.replace("lora_A", "lora_B")] @ a).norm()) for k, a in sd.items() if "lora_A" in k)
 
 
+def train_good_and_bad(home: Path, base, backend, engine, good: tuple[str, str], bad: tuple[str, str], served=None,
+                       **kw):
+    """A fresh home beside the cached base, one turn judged +1 and one −1, one round (lr 5e-4, 8
+    steps of one turn) with `kw`; checks each answer moved the way its reward says."""
+    (home / "train").mkdir(parents=True)
+    os.symlink(base[1], home / "train" / base[1].name)
+    store = Store(home / "clawd.db")
+    g, b = (add_turn(store, engine, *qa, logprobs=served) for qa in (good, bad))
+    judge(store, g, 1)
+    judge(store, b, -1)
+    before = {t.id: logprob(backend, t, None) for t in (g, b)}
+    result = run_round(settings(home, lr=5e-4, train_minibatch=1, train_epochs=4, **kw), store=store, backend=backend)
+    after = {t.id: logprob(backend, t, result.path) for t in (g, b)}
+    assert after[g.id] > before[g.id] and after[b.id] < before[b.id]
+    store.close()
+    return result
+
+
 def test_the_kl_term_keeps_the_adapter_nearer_the_base(tmp_path, base, backend, engine):
     """The same turns, the same steps, with and without the KL-to-base term: with it the weights
     move less, while the rewards still push each answer the right way."""
     out = {}
     for coef in (0.0, 1.0):
-        home = tmp_path / f"kl-{coef}"
-        (home / "train").mkdir(parents=True)
-        os.symlink(base[1], home / "train" / base[1].name)
-        store = Store(home / "clawd.db")
-        good = add_turn(store, engine, "What is the capital of France?", "The capital of France is Paris.",
-                        logprobs=served_logprobs(backend))
-        bad = add_turn(store, engine, "Name a color.", "Banana banana banana.", logprobs=served_logprobs(backend))
-        judge(store, good, 1)
-        judge(store, bad, -1)
-        before = {t.id: logprob(backend, t, None) for t in (good, bad)}
-        result = run_round(settings(home, lr=5e-4, train_minibatch=1, train_epochs=4, train_kl_coef=coef),
-                           store=store, backend=backend)
-        after = {t.id: logprob(backend, t, result.path) for t in (good, bad)}
-        assert after[good.id] > before[good.id] and after[bad.id] < before[bad.id]
+        result = train_good_and_bad(tmp_path / f"kl-{coef}", base, backend, engine,
+                                    ("What is the capital of France?", "The capital of France is Paris."),
+                                    ("Name a color.", "Banana banana banana."), served_logprobs(backend),
+                                    train_kl_coef=coef)
         out[coef] = (lora_delta(result.path), result.metrics["kl_to_base"])
-        store.close()
     (moved0, _), (moved1, k3) = out[0.0], out[1.0]
     assert moved1 < moved0, out
     assert len(k3) == 8 and k3[0] == pytest.approx(0, abs=1e-6) and k3[-1] > 0  # from the base (B = 0), away from it
@@ -366,32 +373,18 @@ def test_anchors_keep_the_base_answers_to_general_prompts(tmp_path, base, backen
     likelier, while the rewards still push each turn the right way."""
     from clawd.train.anchors import load_prompts
 
-    drop = {}
+    adapters = {}
     for coef in (0.0, 1.0):
-        home = tmp_path / f"anchor-{coef}"
-        (home / "train").mkdir(parents=True)
-        os.symlink(base[1], home / "train" / base[1].name)
-        store = Store(home / "clawd.db")
-        wordy = add_turn(store, engine, "What is 3+3? Answer with just the number.",
-                         "Well, when you add three and three together, you get six.")
-        bare = add_turn(store, engine, "What is 4+4? Answer with just the number.", "8")
-        judge(store, wordy, 1)
-        judge(store, bare, -1)
-        before = {t.id: logprob(backend, t, None) for t in (wordy, bare)}
-        result = run_round(settings(home, lr=5e-4, train_minibatch=1, train_epochs=4, train_anchor_coef=coef),
-                           store=store, backend=backend)
-        after = {t.id: logprob(backend, t, result.path) for t in (wordy, bare)}
-        assert after[wordy.id] > before[wordy.id] and after[bare.id] < before[bare.id]
-        store.close()
-        if coef:
-            assert result.metrics["anchors"] == len(load_prompts()) and result.metrics["group_answers"] == 0
-            cached = json.loads(next((home / "train").glob("anchors-*.json")).read_text())
-        else:
-            assert result.metrics["anchors"] == 0
-        drop[coef] = result.path
+        result = train_good_and_bad(tmp_path / f"anchor-{coef}", base, backend, engine,
+                                    ("What is 3+3? Answer with just the number.",
+                                     "Well, when you add three and three together, you get six."),
+                                    ("What is 4+4? Answer with just the number.", "8"), train_anchor_coef=coef)
+        assert result.metrics["anchors"] == (len(load_prompts()) if coef else 0) and result.metrics["group_answers"] == 0
+        adapters[coef] = result.path
     # the anchors' answers as the base wrote them (the cache of the run with the term), per token
+    cached = json.loads(next((tmp_path / "anchor-1.0" / "train").glob("anchors-*.json")).read_text())
     anchors = [Turn(session_id=0, index=0, kind="main", completion_id=str(i), request={}, prompt_ids=p, completion_ids=a)
                for i, (p, a) in enumerate(cached)]
     lost = {coef: sum(logprob(backend, t, None) - logprob(backend, t, path) for t in anchors)
-            / sum(len(t.completion_ids) for t in anchors) for coef, path in drop.items()}
+            / sum(len(t.completion_ids) for t in anchors) for coef, path in adapters.items()}
     assert lost[0.0] > 0 and lost[1.0] < lost[0.0] / 2, lost
