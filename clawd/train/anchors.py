@@ -40,7 +40,6 @@ def anchor_samples(backend: Any, template: ChatTemplate, train_dir: Path, sha: s
                    checkpoint: Callable[[], None]) -> list[Sample]:
     """One sample per anchor prompt: the prompt as the engine renders it, and the base weights'
     greedy answer (up to MAX_ANSWER tokens, through its end-of-turn token), reward 0."""
-    prompts = load_prompts()
     digest = hashlib.sha256((sha + PROMPTS.read_text() + template.source).encode()).hexdigest()[:16]
     cache = train_dir / f"anchors-{digest}.json"
     if cache.is_file():
@@ -50,7 +49,7 @@ def anchor_samples(backend: Any, template: ChatTemplate, train_dir: Path, sha: s
                                                     if len(ids := backend.tokenizer.convert_tokens_to_ids([c])) == 1
                                                     and ids[0] is not None}
         pairs = []
-        for p in prompts:
+        for p in load_prompts():
             checkpoint()  # a user's request goes first, as in scoring
             request = {"messages": [{"role": "user", "content": p["prompt"]}], "tools": [], "tool_choice": "none"}
             ids = backend.encode(render(template, request))
