@@ -388,3 +388,19 @@ def test_anchors_keep_the_base_answers_to_general_prompts(tmp_path, base, backen
     lost = {coef: sum(logprob(backend, t, None) - logprob(backend, t, path) for t in anchors)
             / sum(len(t.completion_ids) for t in anchors) for coef, path in adapters.items()}
     assert lost[0.0] > 0 and lost[1.0] < lost[0.0] / 2, lost
+
+
+def test_greedy_with_the_kv_cache_matches_a_full_forward_per_token(backend, engine):
+    """The anchors' answers come from `greedy`, which reads one new token a step through the KV
+    cache; a full forward over the whole sequence at each step, by hand, picks the same tokens."""
+    template, encode = engine
+    ids = encode(S.render(template, {"messages": [{"role": "user", "content": "Name three colors."}]}))
+    got = backend.greedy(ids, 12, stop=set())
+    want: list[int] = []
+    with torch.no_grad(), backend.model.disable_adapter():
+        for _ in range(12):
+            logits = backend.model(input_ids=torch.tensor([ids + want]), use_cache=False).logits  # (1, T, V)
+            want.append(int(logits[0, -1].argmax()))
+    assert got == want
+    stop = {want[3]}
+    assert backend.greedy(ids, 12, stop) == want[:want.index(want[3]) + 1]  # through the first stop token

@@ -151,12 +151,15 @@ class Backend:
     @torch.no_grad()
     def greedy(self, ids: list[int], n: int, stop: set[int]) -> list[int]:
         """The base weights' (adapter off) greedy continuation of `ids`: at most `n` tokens, through
-        the first of `stop`. No KV cache: it runs once per base model, on short prompts."""
+        the first of `stop`. With the KV cache: each step reads one new token, (1, 1)."""
         out: list[int] = []
-        with self.model.disable_adapter():
+        x, past = torch.tensor([ids], device=self.device), None  # (1, T), then (1, 1)
+        with torch.no_grad(), self.model.disable_adapter():
             while len(out) < n and (not out or out[-1] not in stop):
-                x = torch.tensor([ids + out], device=self.device)  # (1, T)
-                out.append(int(self._logits(x, 1)[0, -1].argmax()))
+                r = self.model(input_ids=x, past_key_values=past, use_cache=True)
+                past = r.past_key_values
+                out.append(int(r.logits[0, -1].argmax()))
+                x = torch.tensor([out[-1:]], device=self.device)
         return out
 
     def logprobs_and_at(self, ids: list[int], n_prompt: int, temperature: float,
