@@ -88,10 +88,18 @@ def test_probe_margins_on_recorded_logprobs():
     assert margin([e(" 10", -0.1, (" 12", -2.0))], ("1",)) is None  # "10" does not begin "1"; none near: far
     assert margin([e(" 1", -0.1, (" 12", -2.0))], ("12",)) == pytest.approx(-1.9)  # "12" whole, a near miss
     base = [{"question": "a", "ok": True, "margin": 2.0}, {"question": "b", "ok": True, "margin": 1.0},
-            {"question": "c", "ok": False, "margin": -0.5}]
+            {"question": "c", "ok": False, "margin": -0.5}, {"question": "d", "ok": True, "margin": 0.4},
+            {"question": "e", "ok": True, "margin": 3.0}]
     now = [{"question": "a", "ok": True, "margin": 0.8}, {"question": "b", "ok": True, "margin": 0.9},
-           {"question": "c", "ok": False, "margin": -0.1}]
-    assert near_flips(now, base) == {"margin_mean": 0.85, "margin_mean_base": 1.5, "near_flips": ["a"]}
+           {"question": "c", "ok": False, "margin": -0.1}, {"question": "d", "ok": False, "margin": -0.2},
+           {"question": "e", "ok": False, "margin": -1.0}]
+    # d and e are both lost; only d was a coin toss on the base (0.4 nat, under the gate's 1.0)
+    assert near_flips(now, base) == {"margin_mean": 0.125, "margin_mean_base": 1.6, "near_flips": ["a"],
+                                     "lost_coin_tosses": ["d"]}
+    from bench.personalize.report import MIN_MARGIN
+    from clawd.publish.gate import MIN_MARGIN as GATES
+
+    assert MIN_MARGIN == GATES  # one threshold for a coin toss, the gate's
     assert near_flips([{"question": "a", "ok": True}], [{"question": "a", "ok": True}]) == {}  # runs without margins
 
 

@@ -19,6 +19,9 @@ from bench.personalize.scenarios import CONTROL, SCENARIOS, THANKS, Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
+# The publish gate's MIN_MARGIN (clawd/publish/gate.py, equal by a test), not imported: the gate
+# loads llama.cpp, and a report needs none of it.
+MIN_MARGIN = 1.0
 
 
 def point_text(point: dict[str, Any], base: dict[str, Any] | None) -> str:
@@ -66,16 +69,20 @@ def column(sc: Scenario, ev: dict[str, Any], base: dict[str, Any]) -> dict[str, 
 
 def near_flips(probes: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict[str, Any]:
     """Probe margins against the base (personalize_eval.margin; runs from before margins have none):
-    the mean margin over the probes the base answers right, and the probes still right whose margin
-    fell to under half the base's: the near-ties that flip next (34 + 58 answered 82)."""
+    the mean margin over the probes the base answers right, the probes still right whose margin
+    fell to under half the base's (the near-ties that flip next: 34 + 58 answered 82), and the lost
+    probes the base itself had by less than the gate's MIN_MARGIN: coin tosses that any change of
+    weights may flip (6 of the 37 Qwen2.5-Coder-0.5B answers right, water's boiling point at 0.37)."""
     now = {p["question"]: p.get("margin") for p in probes}
+    right = {p["question"]: p["ok"] for p in probes}
     was = {p["question"]: p.get("margin") for p in base if p["ok"] and p.get("margin") is not None}
     if not was:
         return {}
     kept = [q for q in was if now.get(q) is not None]
     return {"margin_mean": round(sum(now[q] for q in kept) / len(kept), 3) if kept else None,
             "margin_mean_base": round(sum(was.values()) / len(was), 3),
-            "near_flips": sorted(q for q in kept if 0 <= now[q] < was[q] / 2)}
+            "near_flips": sorted(q for q in kept if 0 <= now[q] < was[q] / 2),
+            "lost_coin_tosses": sorted(q for q in was if not right.get(q, True) and was[q] < MIN_MARGIN)}
 
 
 def reference_columns(g: Scenario, ref: dict[str, Any], base: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -204,7 +211,8 @@ def print_summary(result: dict[str, Any]) -> None:
                 for col in ("base", "told", "oracle", "loop"):
                     if col in cols:
                         c = cols[col]
-                        lost = f", {len(c['probes_lost'])} probes lost" if col != "base" else ""
+                        tosses = f" ({len(c['lost_coin_tosses'])} by the base under {MIN_MARGIN:g} nat)" if c.get("lost_coin_tosses") else ""
+                        lost = f", {len(c['probes_lost'])} probes lost{tosses}" if col != "base" else ""
                         gain = f" ({c['gain'][0]:+.2f} [{c['gain'][1]:+.2f}, {c['gain'][2]:+.2f}])" if col != "base" else ""
                         parts.append(f"{col} {_fmt(c['adherence'])}{gain}{lost}, form {c['form'][0]:.2f}, "
                                      f"wrong {c['wrong']:.2f}, degenerate {c['degenerate']:.2f}")
