@@ -154,11 +154,10 @@ class Backend:
         the first of `stop`. With the KV cache: each step reads one new token, (1, 1)."""
         out: list[int] = []
         x, past = torch.tensor([ids], device=self.device), None  # (1, T), then (1, 1)
-        with torch.no_grad(), self.model.disable_adapter():
+        with self.model.disable_adapter():
             while len(out) < n and (not out or out[-1] not in stop):
-                r = self.model(input_ids=x, past_key_values=past, use_cache=True)
-                past = r.past_key_values
-                out.append(int(r.logits[0, -1].argmax()))
+                logits, past = self._logits(x, 1, past, cache=True)
+                out.append(int(logits[0, -1].argmax()))
                 x = torch.tensor([out[-1:]], device=self.device)
         return out
 
@@ -175,17 +174,23 @@ class Backend:
         x = torch.tensor([ids], device=self.device)  # (1, T)
         n = len(ids) - n_prompt
         with (nullcontext() if adapter else self.model.disable_adapter()):
-            logits = self._logits(x, n + 1)[0, :-1].float()  # (C, V): position t predicts token t+1
+            logits = self._logits(x, n + 1)[0][0, :-1].float()  # (C, V): position t predicts token t+1
         if logits.shape[0] != n:  # e.g. a fused-loss forward that returns no logits
             raise RuntimeError(f"{self.name}: the model returned logits of shape {tuple(logits.shape)} for {n} tokens")
         return logits, x[0, n_prompt:, None]
 
-    def _logits(self, x: torch.Tensor, keep: int) -> torch.Tensor:
-        """Logits of the last `keep` positions, (1, keep, V): never the whole (T, V) matrix."""
+    def _logits(self, x: torch.Tensor, keep: int, past: Any = None, cache: bool = False) -> tuple[torch.Tensor, Any]:
+        """Logits of the last `keep` positions, (1, keep, V): never the whole (T, V) matrix. With
+        `cache`, `x` continues the KV cache `past` (None: from nothing), and the new cache comes back
+        beside the logits; without, no cache is kept (None)."""
+        kw = {"past_key_values": past, "use_cache": True} if cache else {"use_cache": False}
         try:
-            return self.model(input_ids=x, logits_to_keep=keep, use_cache=False).logits
+            out = self.model(input_ids=x, logits_to_keep=keep, **kw)
+            logits = out.logits
         except TypeError:  # a forward without logits_to_keep
-            return self.model(input_ids=x, use_cache=False).logits[:, -keep:]
+            out = self.model(input_ids=x, **kw)
+            logits = out.logits[:, -keep:]
+        return logits, (out.past_key_values if cache else None)
 
     # -- adapter state ----------------------------------------------------------------------
     def lora_state(self) -> dict[str, torch.Tensor]:
