@@ -186,6 +186,10 @@ class Settings(BaseSettings):
                                      "answers at least as likely as the base finds them (a floor per token: loss.keep_floor), so that a "
                                      "user's style does not leak into instructions like 'answer with just the number'. "
                                      "0 = off. Not yet measured on the learning bench, so off by default.")
+    train_turn_baseline: bool = Field(False, description="Center a round's judged turns' rewards on their mean, as a "
+                                      "group's answers are on theirs: a round of almost only rejected answers then pushes "
+                                      "down only what its accepted ones do not share, not every token the model wrote. "
+                                      "Not yet measured on the learning bench, so off by default.")
     train_base: Path | None = Field(None, description="Hugging Face checkpoint directory to train on instead of the "
                                     "served GGUF dequantized; its tokenizer must give the engine's token ids.")
 

@@ -189,6 +189,25 @@ def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
     store.close()
 
 
+def test_with_the_turn_baseline_a_round_of_only_rejections_moves_nothing(home, backend, engine):
+    """train_turn_baseline: rewards centered on the round's mean. Three rejected answers and no hint
+    leave every advantage 0: no gradient, the adapter's B stays at its zero start. The record keeps
+    the rewards as given, and the mean they were measured against."""
+    store = Store(home / "clawd.db")
+    turns = [add_turn(store, engine, q, a) for q, a in [("Name a color.", "Banana banana."), ("Hi", "Goodbye forever."),
+                                                        ("What is 2+2?", "Seven, probably.")]]
+    for t in turns:
+        judge(store, t, -1)
+    result = run_round(settings(home, lr=5e-4, train_minibatch=3, train_method="rl", train_turn_baseline=True),
+                       store=store, backend=backend)
+    from safetensors.torch import load_file
+
+    b = [v for k, v in load_file(str(result.path / "adapter_model.safetensors")).items() if "lora_B" in k]
+    assert b and all(float(v.abs().max()) == 0 for v in b)
+    m = json.loads((result.path / "meta.json").read_text())["metrics"]
+    assert m["rewards"] == [-1.0] * 3 and m["turn_baseline"] == -1.0 and m["mean_reward"] == -1.0
+
+
 def test_refuses_a_tokenizer_that_disagrees_with_the_engine(home, backend, engine):
     store = Store(home / "clawd.db")
     turn = add_turn(store, engine, "What is 2+2?", "4")

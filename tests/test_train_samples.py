@@ -164,3 +164,13 @@ def test_reward_feedback_first_then_judge(tmp_path):
     assert S.turn_signal(store, ids[1]) == (-1.0, None)  # explicit feedback overrides the judge; a blank hint is none
     assert S.turn_signal(store, ids[2]) == (1.0, None)
     store.close()
+
+
+def test_the_turn_baseline_centers_a_rounds_rewards_by_hand():
+    # seven rejected, one accepted: mean −0.75, so −1 + 0.75 = −0.25 and +1 + 0.75 = +1.75
+    rounds = [S.Sample(i, [1, 2], [3], r) for i, r in enumerate([-1.0] * 7 + [1.0])]
+    out, mean = S.centered(rounds)
+    assert mean == -0.75 and [s.reward for s in out] == [-0.25] * 7 + [1.75]
+    assert [s.turn_id for s in out] == list(range(8)) and rounds[0].reward == -1.0  # the originals untouched
+    assert S.centered([S.Sample(0, [1], [2], -1.0)] * 3)[0][0].reward == 0.0  # all alike: nothing by reward
+    assert S.centered([]) == ([], 0.0)

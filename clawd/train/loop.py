@@ -43,14 +43,15 @@ from .anchors import anchor_samples
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
 from .batches import GroupError, group_plan, group_samples, groups_of, minibatches
 from .loss import grpo_loss, keep_floor, kl_k3, policy_loss
-from .samples import WEIGHTS, TokenizerMismatch, build, check_tokenizer, gguf_template, ready_turns, turn_signal
+from .samples import (WEIGHTS, TokenizerMismatch, build, centered, check_tokenizer, gguf_template, ready_turns,
+                      turn_signal)
 from .scoring import round_metrics, score_sample
 
 log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
-         "grpo_epochs", "opd_topk", "train_anchor_coef")
+         "grpo_epochs", "opd_topk", "train_anchor_coef", "train_turn_baseline")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
@@ -219,6 +220,9 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     # the planned length (a staged round from before memory plans: the setting's)
     limit = st.limit or train_tokens(k.max_train_tokens, backend.device.type == "cuda")
     samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
+    baseline = 0.0  # what each judged turn's reward is measured against: 0, or the round's mean
+    if k.train_turn_baseline:
+        samples, baseline = centered(samples)
     n_turns = len(samples)  # then each group's answers, each with its group advantage as the reward
     samples += group_samples(groups, template, backend.encode, limit)
     n_trained = len(samples)  # then the anchors: the base's own answers, kept (anchors.py)
@@ -307,7 +311,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
                             detail={"micro_step_s": round(max(micro[-len(plan[step]):]), 3)}))
 
     seconds = time.perf_counter() - t0
-    metrics = round_metrics(samples, n_turns, n_trained, st, w_opd, kl_coef, seconds, backend) | {"max_train_tokens": limit,
+    metrics = round_metrics(samples, n_turns, n_trained, st, w_opd, kl_coef, seconds, backend, baseline) | {"max_train_tokens": limit,
                                                                           "memory_plan": mem.as_dict()}
     if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
         log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ class Sample:
     turn_id: int
     prompt_ids: list[int]  # the engine's ids, cut from the left past max_train_tokens
     completion_ids: list[int]
-    reward: float  # -1, 0 or +1
+    reward: float  # -1, 0 or +1 (minus the round's mean with train_turn_baseline; a group answer's: its advantage)
     hint: str | None = None
     teacher_prompt_ids: list[int] | None = None  # hinted prompt; None without a hint
     cut: int = 0  # prompt tokens dropped
@@ -182,6 +182,21 @@ def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, e
     assert turn.id is not None, "a turn from the database has its id"
     return Sample(turn.id, prompt, completion, reward, hint, teacher, cut, keep - head, hint_cut,
                   sampling_temperature(turn.request), rollout, turn.adapter_version)
+
+
+def centered(samples: list[Sample]) -> tuple[list[Sample], float]:
+    """The round's judged turns with their rewards minus the round's mean reward (`train_turn_baseline`),
+    and that mean.
+
+    Raw ±1 has no baseline: a round of seven rejected answers and one accepted pushes down every
+    token of the seven, and the mass goes wherever the model already leans (answer_first went
+    backwards so, docs/learning.md). Centered, the seven get −0.25 each and the one +1.75: the round
+    moves by what tells them apart. A round whose turns all agree teaches nothing by reward (its
+    hints still teach by OPD). The groups' answers are centered on their own group, not here."""
+    if not samples:
+        return samples, 0.0
+    mean = sum(s.reward for s in samples) / len(samples)
+    return [replace(s, reward=s.reward - mean) for s in samples], mean
 
 
 def ready_turns(store: Store, method: str, limit: int) -> list[int]:

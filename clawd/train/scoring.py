@@ -60,9 +60,11 @@ def score_sample(backend: Backend, checkpoint: Callable[[], None], s: Sample, te
 
 
 def round_metrics(samples: list[Sample], n_turns: int, n_trained: int, st: RoundState, w_opd: float, kl_coef: float,
-                  seconds: float, backend: Backend) -> dict[str, Any]:
+                  seconds: float, backend: Backend, baseline: float = 0.0) -> dict[str, Any]:
     """The round's record (meta.json, train_runs.metrics); samples[n_turns:n_trained] are the groups'
-    answers, whose `reward` is their group advantage, and samples[n_trained:] the anchors."""
+    answers, whose `reward` is their group advantage, and samples[n_trained:] the anchors. The turns'
+    rewards are recorded as the user or judge gave them: `baseline` (the mean they were centered on,
+    `samples.centered`) added back."""
     assert st.teacher is not None and st.old is not None and st.tis is not None and st.drift is not None
     plan = st.plan or []
     opd = [float((t - o).mean()) for s, t, o in zip(samples, st.teacher, st.old) if s.teacher_ids is not None and w_opd]
@@ -71,8 +73,8 @@ def round_metrics(samples: list[Sample], n_turns: int, n_trained: int, st: Round
     n = sum(d[1] for d in drift)
     weights = sum(float(w.sum()) for w, d in zip(st.tis, st.drift) if d is not None)
     adv = [abs(s.reward) for s in samples[n_turns:n_trained]]
-    turn_rewards = [s.reward for s in samples[:n_turns]]
-    return {"samples": len(samples), "rewards": turn_rewards,
+    turn_rewards = [s.reward + baseline for s in samples[:n_turns]]
+    return {"samples": len(samples), "rewards": turn_rewards, "turn_baseline": baseline,
             "groups": len(st.group_ids), "group_answers": len(adv), "anchors": len(samples) - n_trained,
             "advantage_mean_abs": round(sum(adv) / len(adv), 4) if adv else None,
             "advantage_max_abs": round(max(adv), 4) if adv else None,
