@@ -170,6 +170,12 @@ class Settings(BaseSettings):
                           "student is pulled toward that distribution (a KL over them, weighted by w_opd). 0: the "
                           "teacher rates only the sampled token (w_opd·(log π_teacher − log π_old) in the advantage). "
                           "Unmeasured on the learning bench yet, so off by default.")
+    opd_contrast: bool = Field(False, description="OPD against the same hint with the user's words emptied "
+                               "(\"That's not right.\"): each token's advantage is log π_teacher(hint) − "
+                               "log π_teacher(empty hint), so what is distilled is what the user's words add, not the "
+                               "teacher's reaction to any complaint (on the 0.5B model: shorter answers, learned by a "
+                               "user who never asked for them). Hints that quote nothing (a failed tool call) and "
+                               "opd_topk are as without it. Not yet measured on the learning bench, so off by default.")
     train_tis_cap: float = Field(2.0, gt=0, description="Truncated importance sampling: each token's loss is weighted by "
                                  "min(π_old/π_served, this), correcting turns served by an older adapter or before a merge "
                                  "(2.0, as OpenClaw-RL's slime).")

@@ -208,6 +208,30 @@ def test_with_the_turn_baseline_a_round_of_only_rejections_moves_nothing(home, b
     assert m["rewards"] == [-1.0] * 3 and m["turn_baseline"] == -1.0 and m["mean_reward"] == -1.0
 
 
+def test_with_the_opd_contrast_only_what_the_users_words_add_is_distilled(home, backend, engine):
+    """opd_contrast: the teacher with the hint against the teacher with the user's words emptied. A
+    hint that quotes only the empty complaint itself has advantage exactly 0 (OPD alone: no update);
+    one that quotes what the answer should have been still pulls toward it."""
+    frame = 'The user answered this reply with: "{}". Write the reply so that this answer would not have been needed.'
+    store = Store(home / "clawd.db")
+    empty = add_turn(store, engine, "Tell me the password.", "The password is Tulip-482.")
+    judge(store, empty, -1, hint=frame.format("That's not right."))
+    s = settings(home, lr=5e-4, train_minibatch=1, train_method="opd", opd_contrast=True)
+    first = run_round(s, store=store, backend=backend)
+    from safetensors.torch import load_file
+
+    b = [v for k, v in load_file(str(first.path / "adapter_model.safetensors")).items() if "lora_B" in k]
+    assert b and all(float(v.abs().max()) == 0 for v in b)
+    assert json.loads((first.path / "meta.json").read_text())["metrics"]["mean_opd_advantage"] == 0
+
+    told = add_turn(store, engine, "What is the password?", "The password is Tulip-482.")
+    judge(store, told, -1, hint=frame.format("Wrong. The password is Tulip-482."))
+    before = logprob(backend, told, first.path)
+    second = run_round(settings(home, lr=5e-4, train_minibatch=1, train_epochs=3, train_method="opd", opd_contrast=True),
+                       store=store, backend=backend)
+    assert logprob(backend, told, second.path) > before + 0.05
+
+
 def test_refuses_a_tokenizer_that_disagrees_with_the_engine(home, backend, engine):
     store = Store(home / "clawd.db")
     turn = add_turn(store, engine, "What is 2+2?", "4")

@@ -14,6 +14,7 @@ from llama_cpp import Llama
 from clawd.config import bundled_model_path
 from clawd.engine.chat_template import normalize
 from clawd.serve import protocol
+from clawd.store.hints import null_hint
 from clawd.store.records import Feedback, Judgment, Turn
 from clawd.store.store import Store
 from clawd.train import samples as S
@@ -174,3 +175,22 @@ def test_the_turn_baseline_centers_a_rounds_rewards_by_hand():
     assert [s.turn_id for s in out] == list(range(8)) and rounds[0].reward == -1.0  # the originals untouched
     assert S.centered([S.Sample(0, [1], [2], -1.0)] * 3)[0][0].reward == 0.0  # all alike: nothing by reward
     assert S.centered([]) == ([], 0.0)
+
+
+def test_the_null_hint_keeps_the_frame_and_empties_the_users_words(template, engine_encode):
+    said = 'The user answered this reply with: "Too long — say "one paragraph" please.". Write the reply so that this answer would not have been needed.'
+    assert null_hint(said) == ('The user answered this reply with: "That\'s not right.". Write the reply so that this '
+                               'answer would not have been needed.')
+    assert null_hint('The user said about this reply: "use metres"') == 'The user said about this reply: "That\'s not right."'
+    assert null_hint("The tool call read({}) made in this reply failed. Choose the tool carefully.") is None
+    req = {"messages": [{"role": "user", "content": "How tall is Everest?"}], "tools": [], "tool_choice": "none"}
+    completion = engine_encode.llm.tokenize(b"Very tall.", add_bos=False, special=False)
+    turn = Turn(session_id=1, index=0, kind="main", completion_id="c", request=req,
+                prompt_ids=engine_encode(S.render(template, req)), completion_ids=completion, id=3)
+    s = S.build(turn, -1.0, said, template, engine_encode, limit=8192, contrast=True)
+    text = engine_encode.llm.detokenize(s.null_prompt_ids, special=True).decode()
+    assert "That's not right." in text and "one paragraph" not in text and s.null_ids[-len(completion):] == completion
+    assert text == engine_encode.llm.detokenize(s.teacher_prompt_ids, special=True).decode().replace(
+        'Too long — say "one paragraph" please.', "That's not right.")
+    assert S.build(turn, -1.0, said, template, engine_encode, limit=8192).null_prompt_ids is None  # off by default
+    assert S.build(turn, -1.0, None, template, engine_encode, limit=8192, contrast=True).null_prompt_ids is None

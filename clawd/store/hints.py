@@ -20,6 +20,7 @@ from typing import Any
 from .records import NextState, Turn
 
 MAX_QUOTE = 300  # characters of the user's correction or comment a hint quotes
+NULL_QUOTE = "That's not right."  # a complaint that says nothing of what was wrong (`null_hint`)
 QUOTE_WORDS = 4  # a run of this many words shared with a tool result is a quote of it
 
 _WORD = re.compile(r"\w+", re.U)
@@ -93,3 +94,18 @@ def feedback_hint(comment: str | None, turn: Turn | None, ns: NextState | None) 
     if quotes_tool_output(comment, tool_texts(turn, ns)):
         return None, "the comment quotes a tool's result, which the teacher must not see"
     return f'The user said about this reply: "{clip(comment, MAX_QUOTE)}"', None
+
+
+def null_hint(hint: str) -> str | None:
+    """The same hint with the user's quoted words replaced by a complaint that names nothing
+    (NULL_QUOTE); None for a hint that quotes nothing (a failed tool call's).
+
+    What the teacher does on reading it is its reaction to being corrected at all: on
+    Qwen2.5-Coder-0.5B, a terse answer whatever the complaint was, which OPD turned into "shorter"
+    for a user who never asked for it (docs/learning.md, the control user). `opd_contrast`
+    compares the teacher with the real hint to the teacher with this one, so only what the user's
+    own words add is distilled."""
+    first, last = hint.find('"'), hint.rfind('"')
+    if first < 0 or last <= first:
+        return None
+    return f'{hint[:first]}"{NULL_QUOTE}"{hint[last + 1:]}'

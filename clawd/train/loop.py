@@ -51,7 +51,8 @@ log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
-         "grpo_epochs", "opd_topk", "train_anchor_coef", "train_turn_baseline")
+         "grpo_epochs", "opd_topk", "train_anchor_coef", "train_turn_baseline",
+         "opd_contrast")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
@@ -219,7 +220,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     match = check_tokenizer((turns + [t for _, t in groups])[0], template, backend.encode, backend.decode)
     # the planned length (a staged round from before memory plans: the setting's)
     limit = st.limit or train_tokens(k.max_train_tokens, backend.device.type == "cuda")
-    samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit) for t in turns]
+    samples = [build(t, *turn_signal(store, t.id), template, backend.encode, limit, k.opd_contrast) for t in turns]
     baseline = 0.0  # what each judged turn's reward is measured against: 0, or the round's mean
     if k.train_turn_baseline:
         samples, baseline = centered(samples)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.chat_template import ChatTemplate, TemplateError, from_llama, normalize
+from ..store.hints import null_hint
 from ..store.records import Turn, sampling_temperature
 from ..store.store import Store
 
@@ -45,6 +46,7 @@ class Sample:
     temperature: float = 1.0  # what every logprob of this sample is taken at (see sampling_temperature)
     rollout_logprobs: list[float] | None = None  # the engine's, per completion id, at temperature 1; None if absent
     adapter_version: int | None = None  # what served the turn (None: the base weights)
+    null_prompt_ids: list[int] | None = None  # opd_contrast: the prompt with hints.null_hint instead of the hint
 
     @property
     def ids(self) -> list[int]:
@@ -53,6 +55,10 @@ class Sample:
     @property
     def teacher_ids(self) -> list[int] | None:
         return None if self.teacher_prompt_ids is None else self.teacher_prompt_ids + self.completion_ids
+
+    @property
+    def null_ids(self) -> list[int] | None:
+        return None if self.null_prompt_ids is None else self.null_prompt_ids + self.completion_ids
 
 
 class TokenizerMismatch(RuntimeError):
@@ -148,7 +154,10 @@ def turn_signal(store: Store, turn_id: int) -> tuple[float, str | None]:
     return float(reward), hint if hint and hint.strip() else None
 
 
-def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, encode: Encode, limit: int) -> Sample:
+def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, encode: Encode, limit: int,
+          contrast: bool = False) -> Sample:
+    """The sample of a turn; with `contrast` (opd_contrast) and a hint that quotes the user, also the
+    prompt with that quote emptied of content (`null_prompt_ids`)."""
     keep = system_prefix(template, turn.request, encode, turn.prompt_ids)
     prompt, completion, cut, head = fit(turn.prompt_ids, turn.completion_ids, keep, limit)
     if head < keep:
@@ -178,10 +187,14 @@ def build(turn: Turn, reward: float, hint: str | None, template: ChatTemplate, e
                 log.info("turn %d: its hint did not survive the cut to max_train_tokens=%d (it and what follows "
                          "take %d tokens); trained on its reward alone, not as OPD", turn.id, limit, needed)
                 teacher, hint, hint_cut = None, None, True
+    null = None
+    if contrast and teacher is not None and hint is not None and (h0 := null_hint(hint)) is not None:
+        full0 = encode(render(template, turn.request, h0))  # the hint's frame: near the end, kept by the cut as the hint was
+        null = fit(full0, completion, system_prefix(template, turn.request, encode, full0), limit)[0]
     rollout = turn.logprobs[: len(completion)] if len(turn.logprobs) == len(turn.completion_ids) else None
     assert turn.id is not None, "a turn from the database has its id"
     return Sample(turn.id, prompt, completion, reward, hint, teacher, cut, keep - head, hint_cut,
-                  sampling_temperature(turn.request), rollout, turn.adapter_version)
+                  sampling_temperature(turn.request), rollout, turn.adapter_version, null)
 
 
 def centered(samples: list[Sample]) -> tuple[list[Sample], float]:

@@ -26,7 +26,8 @@ def score_sample(backend: Backend, checkpoint: Callable[[], None], s: Sample, te
     """What the update holds fixed for one sample, each (C,) at the turn's temperature T:
 
     - old: log π_old, the adapter at the start of the update;
-    - teacher: the base weights with the hint in the prompt (= old without a hint, or for rl);
+    - teacher: the base weights with the hint in the prompt (= old without a hint, or for rl); with
+      a null prompt (opd_contrast), that minus the teacher on it, plus old;
     - teacher_topk: with `topk` > 0 and a hint, the teacher's `topk` likeliest tokens at each
       position, (ids, logprobs), each (C, topk), from the same forward pass; else None;
     - base: the base weights on the served prompt, for the KL term (None when it is off);
@@ -50,6 +51,13 @@ def score_sample(backend: Backend, checkpoint: Callable[[], None], s: Sample, te
         else:
             out["teacher"] = _scored(checkpoint, lambda: backend.logprobs(ids, start, adapter=False,
                                                                        temperature=s.temperature))
+            if s.null_ids is not None and s.null_prompt_ids is not None:
+                # opd_contrast: the loss's A_t = w_opd · (teacher − old) is to read log π_T(a_t | x, h) −
+                # log π_T(a_t | x, h₀), h₀ the hint with the user's words emptied (hints.null_hint): what
+                # the words add, not the teacher's reaction to any complaint. So held as teacher − null + old.
+                null = _scored(checkpoint, lambda: backend.logprobs(s.null_ids, len(s.null_prompt_ids), adapter=False,
+                                                                    temperature=s.temperature))
+                out["teacher"] = out["teacher"] - null + old  # (C,)
     if base:
         out["base"] = _scored(checkpoint, lambda: backend.logprobs(s.ids, n, adapter=False, temperature=s.temperature))
     if s.rollout_logprobs is not None:
