@@ -43,8 +43,7 @@ from .anchors import anchor_samples
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
 from .batches import GroupError, group_plan, group_samples, groups_of, minibatches
 from .loss import grpo_loss, keep_floor, kl_k3, policy_loss
-from .samples import (WEIGHTS, TokenizerMismatch, build, centered, check_tokenizer, gguf_template, ready_turns,
-                      turn_signal)
+from .samples import WEIGHTS, TokenizerMismatch, build, centered, check_tokenizer, gguf_template, ready_turns, turn_signal
 from .scoring import round_metrics, score_sample
 
 log = logging.getLogger("clawd.train")
