@@ -51,11 +51,12 @@ def score_sample(backend: Backend, checkpoint: Callable[[], None], s: Sample, te
         else:
             out["teacher"] = _scored(checkpoint, lambda: backend.logprobs(ids, start, adapter=False,
                                                                        temperature=s.temperature))
-            if s.null_ids is not None and s.null_prompt_ids is not None:
+            null_ids, null_prompt = s.null_ids, s.null_prompt_ids
+            if null_ids is not None and null_prompt is not None:
                 # opd_contrast: the loss's A_t = w_opd · (teacher − old) is to read log π_T(a_t | x, h) −
                 # log π_T(a_t | x, h₀), h₀ the hint with the user's words emptied (hints.null_hint): what
                 # the words add, not the teacher's reaction to any complaint. So held as teacher − null + old.
-                null = _scored(checkpoint, lambda: backend.logprobs(s.null_ids, len(s.null_prompt_ids), adapter=False,
+                null = _scored(checkpoint, lambda: backend.logprobs(null_ids, len(null_prompt), adapter=False,
                                                                     temperature=s.temperature))
                 out["teacher"] = out["teacher"] - null + old  # (C,)
     if base:
