@@ -243,7 +243,7 @@ def test_the_bench_runs_on_the_daemons_defaults(tmp_path, monkeypatch):
     defaults = Settings(home=tmp_path).public()
     got = learning_settings(["--home", str(tmp_path), "--train-method", "rl", *LOOP_FLAGS])
     assert got == {k: v for k, v in defaults.items() if is_learning(k)} | {"train_method": "rl"}
-    assert {"lr", "train_batch", "train_minibatch", "max_train_tokens"} <= set(got)
+    assert {"lr", "train_batch", "train_minibatch", "max_train_tokens", "opd_topk", "opd_contrast"} <= set(got)
     assert {f.lstrip("-").replace("-", "_") for f in LOOP_FLAGS[::2]} == {"idle_seconds", "tick_seconds"}
 
 

@@ -72,7 +72,7 @@ class Daemon(ClawdServe):
 
 def is_learning(name: str) -> bool:
     """A setting that decides how a run learns (judge, trainer, gate), recorded with its results."""
-    return name.startswith(("judge_", "train_", "lora_", "w_", "gate_", "grpo_")) or name in ("lr", "max_train_tokens")
+    return name.startswith(("judge_", "train_", "lora_", "w_", "gate_", "grpo_", "opd_")) or name in ("lr", "max_train_tokens")
 
 
 def learning_settings(serve_argv: list[str]) -> dict[str, Any]:
