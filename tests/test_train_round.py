@@ -97,6 +97,13 @@ def logprob(backend, turn: Turn, adapter_dir: Path | None) -> float:
         return float(backend.logprobs(turn.prompt_ids + turn.completion_ids, len(turn.prompt_ids)).sum())
 
 
+def lora_b(adapter_dir: Path) -> list[torch.Tensor]:
+    """A saved adapter's LoRA B matrices (zero at the start, so all zero = the round moved nothing)."""
+    from safetensors.torch import load_file
+
+    return [v for k, v in load_file(str(adapter_dir / "adapter_model.safetensors")).items() if "lora_B" in k]
+
+
 def rows(home: Path, sql: str) -> list[sqlite3.Row]:
     con = sqlite3.connect(home / "clawd.db")
     con.row_factory = sqlite3.Row
@@ -149,9 +156,7 @@ def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
     assert after[bad.id] < before[bad.id] - 0.05, (before, after)
     assert after[prefer.id] > before[prefer.id] + 0.05, (before, after)
     # the LoRA weights moved (B starts at zero)
-    from safetensors.torch import load_file
-
-    b = [v for k, v in load_file(str(result.path / "adapter_model.safetensors")).items() if "lora_B" in k]
+    b = lora_b(result.path)
     assert b and all(torch.isfinite(v).all() for v in b) and sum(float(v.abs().sum()) for v in b) > 0
     meta = json.loads((result.path / "meta.json").read_text())
     assert meta["method"] == "combined" and meta["turn_ids"] == [good.id, bad.id, prefer.id] and meta["parent"] is None
@@ -200,9 +205,7 @@ def test_with_the_turn_baseline_a_round_of_only_rejections_moves_nothing(home, b
         judge(store, t, -1)
     result = run_round(settings(home, lr=5e-4, train_minibatch=3, train_method="rl", train_turn_baseline=True),
                        store=store, backend=backend)
-    from safetensors.torch import load_file
-
-    b = [v for k, v in load_file(str(result.path / "adapter_model.safetensors")).items() if "lora_B" in k]
+    b = lora_b(result.path)
     assert b and all(float(v.abs().max()) == 0 for v in b)
     m = json.loads((result.path / "meta.json").read_text())["metrics"]
     assert m["rewards"] == [-1.0] * 3 and m["turn_baseline"] == -1.0 and m["mean_reward"] == -1.0
@@ -218,9 +221,7 @@ def test_with_the_opd_contrast_only_what_the_users_words_add_is_distilled(home, 
     judge(store, empty, -1, hint=frame.format("That's not right."))
     s = settings(home, lr=5e-4, train_minibatch=1, train_method="opd", opd_contrast=True)
     first = run_round(s, store=store, backend=backend)
-    from safetensors.torch import load_file
-
-    b = [v for k, v in load_file(str(first.path / "adapter_model.safetensors")).items() if "lora_B" in k]
+    b = lora_b(first.path)
     assert b and all(float(v.abs().max()) == 0 for v in b)
     assert json.loads((first.path / "meta.json").read_text())["metrics"]["mean_opd_advantage"] == 0
 

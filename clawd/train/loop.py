@@ -50,8 +50,7 @@ log = logging.getLogger("clawd.train")
 
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
-         "grpo_epochs", "opd_topk", "train_anchor_coef", "train_turn_baseline",
-         "opd_contrast")
+         "grpo_epochs", "opd_topk", "train_anchor_coef", "train_turn_baseline", "opd_contrast")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
