@@ -206,6 +206,11 @@ class Settings(BaseSettings):
     grpo_groups: int = Field(8, ge=1, description="Scored groups per training round: this many start one by themselves, "
                              "fewer together with judged turns (ready/train_batch + groups/grpo_groups >= 1).")
     grpo_epochs: int = Field(2, ge=1, description="Passes over a round's groups: from the second on the PPO clip acts.")
+    grpo_spread_norm: bool = Field(False, description="Scale each group's advantages so its best and worst answers "
+                                   "differ by 2, as an accepted and a rejected turn do (loss.group_advantages): the "
+                                   "scorer's probabilities sit close together (0.25–0.55), so without it a group moves "
+                                   "the adapter a fraction of what a judged turn does. Not yet measured on the learning "
+                                   "bench, so off by default.")
     grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group.")
     grpo_budget_s: float = Field(600.0, gt=0, description="Idle seconds one rollout job may sample before it yields to "
                                  "the scheduler's other work.")

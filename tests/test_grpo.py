@@ -203,6 +203,9 @@ def test_group_samples_carry_their_group_advantage_and_steps_keep_groups_whole(t
     assert [s.completion_ids for s in samples][-2:] == [[8], [9]] and samples[0].prompt_ids == [1, 2, 3]
     assert samples[0].rollout_logprobs == [-1.0, -1.0] and samples[-1].rollout_logprobs is None
     assert all(s.teacher_prompt_ids is None and s.temperature == 0.7 for s in samples)
+    # grpo_spread_norm: each group's best and worst 2 apart, so the hindsight pair weighs ±1 as a judged turn does
+    scaled = group_samples([(g, t), (h, t)], ChatTemplate(CHATML), lambda s: [1, 2, 3], 512, spread=True)
+    assert [s.reward for s in scaled] == [1.0, -1.0, -1.0, 1.0, -1.0, 1.0]
     plan = group_plan([4, 2], offset=3, minibatch=1, epochs=2, seed=0)
     assert len(plan) == 4 and sorted(map(tuple, plan[:2])) == [(3, 4, 5, 6), (7, 8)] == sorted(map(tuple, plan[2:]))
 

@@ -189,6 +189,19 @@ def test_group_advantages_by_hand():
     assert noisy.abs().max().item() == pytest.approx(0.0075)
 
 
+def test_group_advantages_in_units_of_the_spread_by_hand():
+    """grpo_spread_norm: best and worst answers 2 apart, as an accepted and a rejected turn."""
+    rewards = torch.tensor([[0.53, 0.33, 0.29, 0.25],   # spread 0.28: mean 0.35, × 2 / 0.28
+                            [1.0, 0.0, 0.0, 0.0],       # spread 1: just doubled
+                            [0.6, 0.6, 0.6, 0.6]])      # all alike: still nothing, not 0/0
+    got = group_advantages(rewards, spread=True)
+    assert got == pytest.approx(torch.tensor([[0.18 / 0.14, -0.02 / 0.14, -0.06 / 0.14, -0.10 / 0.14],
+                                              [1.5, -0.5, -0.5, -0.5],
+                                              [0.0, 0.0, 0.0, 0.0]]), abs=1e-5)
+    assert (got.max(-1).values - got.min(-1).values)[:2] == pytest.approx(torch.tensor([2.0, 2.0]))
+    assert got.sum(-1) == pytest.approx(torch.zeros(3), abs=1e-5)  # still centered: the group's sum is 0
+
+
 def test_grpo_normalizes_over_the_batchs_tokens():
     """Two answers, of 1 and 3 tokens, advantages +1 and -1, at ratio 1: the loss is the token mean
     over all 4 tokens, so every token's gradient is ∓1/4 whatever its answer's length."""

@@ -40,13 +40,15 @@ def groups_of(store: Store, st: RoundState) -> list[tuple[RolloutGroup, Turn]]:
     return out
 
 
-def group_samples(groups: list[tuple[RolloutGroup, Turn]], template, encode, limit: int) -> list[Sample]:
+def group_samples(groups: list[tuple[RolloutGroup, Turn]], template, encode, limit: int,
+                  spread: bool = False) -> list[Sample]:
     """One sample per answer: the turn's prompt, the answer's tokens, and as its reward the
-    answer's group advantage (`group_advantages`: reward minus the group's mean). No hint: GRPO
+    answer's group advantage (`group_advantages`: reward minus the group's mean; with `spread`,
+    in units of half the group's spread). No hint: GRPO
     has no teacher. The engine's logprobs of a sampled answer weigh it as a served turn's do."""
     out = []
     for g, turn in groups:
-        adv = group_advantages(torch.tensor([g.rewards]))[0].tolist()  # (K,)
+        adv = group_advantages(torch.tensor([g.rewards]), spread)[0].tolist()  # (K,)
         for r, a in zip(g.rollouts, adv):
             answer = replace(turn, completion_ids=r.completion_ids, logprobs=r.logprobs, adapter_version=g.adapter_version)
             out.append(build(answer, a, None, template, encode, limit))

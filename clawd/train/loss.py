@@ -116,7 +116,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, teacher_logp: torch.
     return per_sample.mean()
 
 
-def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, spread: bool = False) -> torch.Tensor:
     """GRPO's advantage: each answer's reward minus its group's mean. Shapes: (G, K) → (G, K), for G
     prompts with K sampled answers each.
 
@@ -124,8 +124,20 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
     judge's probabilities, and a group whose answers the judge scores 0.90, 0.91, 0.90, 0.90 differs
     by the judge's noise alone; dividing by its tiny spread would turn that noise into advantages of
     ±1.5, as large as a group with one clearly right and one clearly wrong answer. A group whose
-    answers all score the same has advantage 0 everywhere and teaches nothing, as it should."""
-    return rewards - rewards.mean(dim=-1, keepdim=True)
+    answers all score the same has advantage 0 everywhere and teaches nothing, as it should.
+
+    With `spread` (`grpo_spread_norm`), each group's are then multiplied by 2 / (max − min): its
+    best and worst answers differ by 2, as an accepted and a rejected turn do (±1). The scorer is
+    trusted to order answers, not for its probabilities' scale, and only groups at least its margin
+    apart train (Store.ready_groups), so the noise argument above cannot apply: at margin 0.25 the
+    factor is at most 8. Why it matters: a round's turns and groups share AdamW, whose step divides
+    by the running RMS of all gradients; groups scored 0.53 / 0.33 / 0.29 / 0.25 (advantages +0.18
+    to −0.10) beside turns at ±1 moved about a seventh of a turn's step. A group all alike stays 0."""
+    adv = rewards - rewards.mean(dim=-1, keepdim=True)  # (G, K)
+    if spread:
+        width = rewards.max(dim=-1, keepdim=True).values - rewards.min(dim=-1, keepdim=True).values  # (G, 1)
+        adv = torch.where(width > 0, 2 * adv / width.clamp(min=1e-12), torch.zeros_like(adv))
+    return adv
 
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
