@@ -132,7 +132,8 @@ def group_advantages(rewards: torch.Tensor, spread: bool = False) -> torch.Tenso
     apart train (Store.ready_groups), so the noise argument above cannot apply: at margin 0.25 the
     factor is at most 8. Why it matters: a round's turns and groups share AdamW, whose step divides
     by the running RMS of all gradients; groups scored 0.53 / 0.33 / 0.29 / 0.25 (advantages +0.18
-    to −0.10) beside turns at ±1 moved about a seventh of a turn's step. A group all alike stays 0."""
+    to −0.10) beside turns at ±1 moved, by the ratio of their advantages, a fifth to a seventh of a
+    turn's step (an estimate, not a measured step). A group all alike stays 0."""
     adv = rewards - rewards.mean(dim=-1, keepdim=True)  # (G, K)
     if spread:
         width = rewards.max(dim=-1, keepdim=True).values - rewards.min(dim=-1, keepdim=True).values  # (G, 1)
