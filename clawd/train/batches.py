@@ -44,8 +44,8 @@ def group_samples(groups: list[tuple[RolloutGroup, Turn]], template, encode, lim
                   spread: bool = False) -> list[Sample]:
     """One sample per answer: the turn's prompt, the answer's tokens, and as its reward the
     answer's group advantage (`group_advantages`: reward minus the group's mean; with `spread`,
-    in units of half the group's spread). No hint: GRPO
-    has no teacher. The engine's logprobs of a sampled answer weigh it as a served turn's do."""
+    in units of half the group's spread). No hint: GRPO has no teacher. The engine's logprobs of a
+    sampled answer weigh it as a served turn's do."""
     out = []
     for g, turn in groups:
         adv = group_advantages(torch.tensor([g.rewards]), spread)[0].tolist()  # (K,)
