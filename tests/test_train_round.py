@@ -211,6 +211,28 @@ def test_with_the_turn_baseline_a_round_of_only_rejections_moves_nothing(home, b
     assert m["rewards"] == [-1.0] * 3 and m["turn_baseline"] == -1.0 and m["mean_reward"] == -1.0
 
 
+def test_a_step_with_no_gradient_leaves_the_parents_weights_and_optimizer_alone(home, backend, engine):
+    """AdamW's state is kept across rounds, so a step whose gradient is all zero (here every turn
+    rejected under the turn baseline) would still move the weights by the momentum it carries.
+    Such a step is skipped: the child adapter's weights and AdamW's step count are its parent's."""
+    store = Store(home / "clawd.db")
+    judge(store, add_turn(store, engine, "What is the capital of France?", "The capital of France is Paris."), 1)
+    judge(store, add_turn(store, engine, "Name a color.", "Banana banana banana."), -1)
+    s = settings(home, lr=5e-4, train_minibatch=2, train_method="rl", train_turn_baseline=True)
+    first = run_round(s, store=store, backend=backend)
+    assert sum(float(v.abs().sum()) for v in lora_b(first.path)) > 0  # round 1 moved: its momentum is not 0
+    os.symlink("0001", home / "adapters" / "current")
+    for q, a in [("Hi", "Goodbye forever."), ("What is 2+2?", "Seven, probably.")]:
+        judge(store, add_turn(store, engine, q, a), -1)
+    second = run_round(s, store=store, backend=backend)
+    assert json.loads((second.path / "meta.json").read_text())["parent"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(lora_b(first.path), lora_b(second.path)))
+    steps = [{float(v["step"]) for v in torch.load(r.path / "optimizer.pt", weights_only=True)["state"].values()}
+             for r in (first, second)]
+    assert steps == [{1.0}, {1.0}]
+    store.close()
+
+
 def test_with_the_opd_contrast_only_what_the_users_words_add_is_distilled(home, backend, engine):
     """opd_contrast: the teacher with the hint against the teacher with the user's words emptied. A
     hint that quotes only the empty complaint itself has advantage exactly 0 (OPD alone: no update);
