@@ -410,7 +410,7 @@ def train_good_and_bad(home: Path, base, backend, engine, good: tuple[str, str],
     judge(store, g, 1)
     judge(store, b, -1)
     before = {t.id: logprob(backend, t, None) for t in (g, b)}
-    result = run_round(settings(home, lr=5e-4, train_minibatch=1, train_epochs=4, **kw), store=store, backend=backend)
+    result = run_round(settings(home, **{"lr": 5e-4, "train_minibatch": 1, "train_epochs": 4, **kw}), store=store, backend=backend)
     after = {t.id: logprob(backend, t, result.path) for t in (g, b)}
     assert after[g.id] > before[g.id] and after[b.id] < before[b.id]
     store.close()
@@ -419,13 +419,15 @@ def train_good_and_bad(home: Path, base, backend, engine, good: tuple[str, str],
 
 def test_the_kl_term_keeps_the_adapter_nearer_the_base(tmp_path, base, backend, engine):
     """The same turns, the same steps, with and without the KL-to-base term: with it the weights
-    move less, while the rewards still push each answer the right way."""
+    move less, while the rewards still push each answer the right way. At lr 1e-4: at 5e-4 the PPO
+    clip zeroes the run without the term's gradient in its late steps, which are then skipped (no
+    gradient, no step), so that run took fewer steps than the one with it."""
     out = {}
     for coef in (0.0, 1.0):
         result = train_good_and_bad(tmp_path / f"kl-{coef}", base, backend, engine,
                                     ("What is the capital of France?", "The capital of France is Paris."),
                                     ("Name a color.", "Banana banana banana."), served_logprobs(backend),
-                                    train_kl_coef=coef)
+                                    train_kl_coef=coef, lr=1e-4)
         out[coef] = (lora_delta(result.path), result.metrics["kl_to_base"])
     (moved0, _), (moved1, k3) = out[0.0], out[1.0]
     assert moved1 < moved0, out
