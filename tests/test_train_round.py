@@ -421,7 +421,7 @@ def test_the_kl_term_keeps_the_adapter_nearer_the_base(tmp_path, base, backend, 
     """The same turns, the same steps, with and without the KL-to-base term: with it the weights
     move less, while the rewards still push each answer the right way. At lr 1e-4: at 5e-4 the PPO
     clip zeroes the run without the term's gradient in its late steps, which are then skipped (no
-    gradient, no step), so that run took 2 fewer steps and moved less. At 1e-4 it skips one step of 8
+    gradient, no step), so that run took fewer steps and moved less. At 1e-4 it skips one step of 8
     and still moves 45% more (Σ‖ΔW‖ 8.9 against 6.1, measured on an AMD EPYC)."""
     out = {}
     for coef in (0.0, 1.0):
