@@ -300,11 +300,11 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
             if base is not None and kl_coef and i < n_trained:
                 kl += float(kl_k3(logp.detach(), base).mean()) / (len(plan[step]) - step_anchors)
             micro.append(time.perf_counter() - t_micro)  # what a request arriving now may wait for (issue 6)
-        torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
+        norm = torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
         # A step with no gradient (every advantage 0: a round of equal rewards under the turn
         # baseline, turns weighted 0, every token clipped in a later epoch; no KL, no anchor) is
         # skipped: AdamW's momentum, kept across rounds, would move the weights with nothing behind it.
-        if any(p.grad is not None and bool(p.grad.any()) for p in backend.lora):
+        if float(norm) != 0.0:
             opt.step()
         opt.zero_grad(set_to_none=True)
         st.step, st.losses = step + 1, st.losses + [total]
