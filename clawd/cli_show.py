@@ -81,6 +81,9 @@ def grpo_line(g: dict) -> str:
     v, last = g["verdicts"], g.get("last_round")
     wait = (f"; waiting for the user's verdicts ({v['accepted']} accepted, {v['rejected']} rejected of "
             f"{v['needed']} each)" if min(v["accepted"], v["rejected"]) < v["needed"] else "")
+    if not wait and v.get("cv_auc") is not None and v["cv_auc"] < v["needed_auc"]:
+        wait = (f"; [yellow]the fit does not see the user's verdicts yet[/yellow] (AUC {v['cv_auc']:.2f}, "
+                f"{v['needed_auc']:.2f} needed): no groups until their next one")
     spread = (f"; last round {last['groups']} groups, mean |advantage| {last['advantage_mean_abs']:.2f}" if last else "")
     return (f"{c['sampled']} groups sampled, {c['hindsight']} hindsight pairs, {c['scored']} scored, "
             f"{c['trained']} trained on; {g['ready']}/{g['wanted']} ready; scorer {scorer}{wait}{spread}")

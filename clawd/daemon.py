@@ -85,7 +85,8 @@ class Daemon:
         self.started = time.time()
 
     def ready_to_train(self) -> int:
-        return len(ready_turns(self.store, self.settings.train_method, self.settings.train_batch))
+        k = self.settings
+        return len(ready_turns(self.store, k.train_method, k.train_batch, k.w_rl, k.w_opd))
 
     def ready_groups(self) -> int:
         if self.settings.grpo_k < 2:

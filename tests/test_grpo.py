@@ -15,7 +15,18 @@ from test_train_round import MODEL, add_turn, backend, base, engine, home, logpr
 
 from clawd.config import Settings
 from clawd.judge.rollouts import Rollouts
-from clawd.judge.scorer import HISTORY, MIN_EACH, Scorer, measure, pair_metrics, user_evidence, user_rewards
+from clawd.judge.scorer import (
+    HISTORY,
+    MIN_EACH,
+    Scorer,
+    auc,
+    auc_needed,
+    measure,
+    pair_metrics,
+    signal,
+    user_evidence,
+    user_rewards,
+)
 from clawd.store.records import Feedback, Judgment, NextState, Rollout, RolloutGroup, Turn
 from clawd.store.store import Store
 from clawd.train.batches import group_plan, group_samples
@@ -173,6 +184,28 @@ def test_user_rewards_fit_each_user_on_their_earlier_cases_only():
     assert [r for r, _ in user_rewards(x, one_kind, cases, components=2)[0]] == [0.5, 0.5]
 
 
+@fast
+def test_a_fit_decides_nothing_until_it_sees_the_users_verdicts():
+    """`signal`: each judged answer ranked by a fit on the others. Features that carry the verdict
+    beat the bar; features that carry nothing (every answer alike, or noise) do not. The bar and
+    the AUC by hand."""
+    assert auc_needed(3, 3) == pytest.approx(0.5 + 1.645 * (7 / 108) ** 0.5)  # 0.919: 3 each way, nearly perfect
+    assert auc_needed(20, 20) == pytest.approx(0.5 + 1.645 * (41 / 4800) ** 0.5)  # 0.652
+    # pairs (accepted, rejected): (.9, .1) (.9, .8) (.8, .1) right, (.8, .8) a tie: 3.5 of 4
+    assert auc(np.array([0.9, 0.8, 0.1, 0.8]), np.array([True, True, False, False])) == pytest.approx(0.875)
+    rng = np.random.default_rng(0)
+    ok = np.array([True, False] * 6)  # 6 accepted, 6 rejected
+    hidden = rng.normal(size=(12, 8))  # (answers, n_embd): no pattern in it
+    odds = np.where(ok, 2.0, -2.0)[:, None] + rng.normal(0, 0.3, (12, 1))  # the yes/no log-odds see the verdicts
+    # ... and so does one direction of the hidden state (with the log-odds alone, 10 answers a fold
+    # against 8 noisy components, the ridge-shrunk fit ranks them at 0.56: a bar that small histories miss)
+    told = hidden + np.where(ok, 1.0, -1.0)[:, None] * np.eye(8)[0]
+    seen, need = signal(np.hstack([odds, told]), ok)
+    assert seen > 0.9 and need == pytest.approx(auc_needed(6, 6))  # 0.785
+    assert signal(np.hstack([np.zeros((12, 1)), np.tile(hidden[:1], (12, 1))]), ok)[0] < need  # every answer alike
+    assert signal(np.hstack([rng.normal(size=(12, 1)), hidden]), ok)[0] < need  # features unrelated to the verdicts
+
+
 # -- the scorer's measure, by hand ------------------------------------------------------------------
 @fast
 def test_pair_metrics_and_the_margin_by_hand():
@@ -248,10 +281,12 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     scorer = Scorer(judge, tmp_path / "judge", 0.03, cases)
     rollouts = Rollouts(llama, store, s, scorer)
     assert not rollouts.pending()  # one answer judged: no fit of this user's to score with
-    for k, fruit in enumerate(("Apples", "Pears", "Plums")[:MIN_EACH]):  # what they accepted and rejected
+    fruits = ("Apples", "Pears", "Plums", "Kiwis", "Limes", "Dates")
+    for k, fruit in enumerate(fruits):  # what they accepted and rejected
         verdict(store, turn(store, f"ok{k}", "Name a fruit.", f"{fruit} are sweet fruits.", next_text="Thanks."), 1)
         verdict(store, turn(store, f"no{k}", "Name some fruits.", f"- {fruit}\n- Figs", next_text="No lists."), -1)
-    assert rollouts.pending()
+        if k == MIN_EACH - 1:
+            assert rollouts.pending()  # enough verdicts each way: a fit is tried
 
     g = rollouts._sample(t, None)
     assert g is not None and g.source == "sampled" and g.adapter_version is None and g.temperature == 0.9
@@ -260,12 +295,23 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     assert all(r.text == llama.detokenize(r.completion_ids) for r in g.rollouts)
     assert llama.background_context(512).lora_version is None  # the judge's weights again
     evidence = user_evidence(store.corrections(20))
-    user = rollouts._user_fit(evidence, None)  # fitted on the 7 answers judged
-    assert user is not None and len(user["basis"]) == 6
+    # fitted on the 13 answers judged, once it ranks them, each by a fit on the others, past the bar
+    # (on 3 and 4 of them it ranked 10 pairs in 12 right here: 0.83, short of the 0.89 needed)
+    user = rollouts._user_fit(evidence, None)
+    f = rollouts.fit
+    assert f is not None and (f.accepted, f.rejected) == (6, 7) and f.cv_auc >= f.needed_auc == pytest.approx(0.774, abs=1e-3)
+    assert user is not None and len(user["basis"]) == 12
+    assert rollouts.verdicts() | {"needed": 0} == {"accepted": 6, "rejected": 7, "needed": 0, "cv_auc": f.cv_auc,
+                                                   "needed_auc": f.needed_auc}
     rollouts._score(store.group(g.id), evidence, user)
     scored = store.group(g.id)
     assert scored.scorer in ("trusted", "untrusted", "undecided") and scored.evidence[0] == "No lists."
     assert all(0 < r < 1 for r in scored.rewards)
+    # nothing left to score or pair
+    rollouts._no_signal = rollouts._verdicts_key()  # as a fit that saw nothing leaves it: idle until the next verdict
+    assert not rollouts.pending()
+    verdict(store, turn(store, "ok-more", "Name a fruit.", "Figs are sweet fruits.", next_text="Thanks."), 1)
+    assert rollouts.pending()
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
@@ -331,7 +377,11 @@ def test_status_says_the_user_fit_waits_for_verdicts_each_way():
          "verdicts": {"accepted": 5, "rejected": 1, "needed": MIN_EACH}}
     assert "waiting for the user's verdicts (5 accepted, 1 rejected of 3 each)" in grpo_line(g)
     g["verdicts"]["rejected"] = MIN_EACH
-    assert "waiting" not in grpo_line(g)
+    assert "waiting" not in grpo_line(g) and "does not see" not in grpo_line(g)
+    g["verdicts"] |= {"cv_auc": 0.61, "needed_auc": 0.83}  # a fit that ranks them no better than chance
+    assert "the fit does not see the user's verdicts yet[/yellow] (AUC 0.61, 0.83 needed)" in grpo_line(g)
+    g["verdicts"]["cv_auc"] = 0.9
+    assert "does not see" not in grpo_line(g)
 
 
 @fast

@@ -144,6 +144,8 @@ def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
     judge(store, side, 1)
     assert ready_turns(store, "combined", 16) == [good.id, bad.id, prefer.id]
     assert ready_turns(store, "rl", 16) == [good.id, bad.id] and ready_turns(store, "opd", 16) == [prefer.id]
+    # a term weighted 0 reads none: RL weighted 0 leaves the hinted turn to OPD, and nothing to RL alone
+    assert ready_turns(store, "combined", 16, w_rl=0) == [prefer.id] and ready_turns(store, "rl", 16, w_rl=0) == []
     before = {t.id: logprob(backend, t, None) for t in (good, bad, prefer)}
 
     events = []

@@ -8,7 +8,8 @@ left to judge or train.
    adapter, at the turn's temperature, logprobs recorded; then scored on the base weights by
    `Scorer`: the user's own words in the prompt, and a fit on the answers they already judged.
    Nothing is sampled while the scorer is untrusted, the user has said nothing to score against,
-   or they have not yet judged MIN_EACH answers each way.
+   they have not yet judged MIN_EACH answers each way, or the fit on those does not rank them
+   better than chance (scorer.signal): then it waits for their next verdict.
 
 The background context yields to user requests between decode steps, as judging does; a job stops
 at the next group once `grpo_budget_s` has passed or the scheduler tells it to. A group and its
@@ -20,13 +21,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from ..config import Settings
 from ..engine.background import Cancelled
 from ..engine.engine import Engine
 from ..store.records import Rollout, RolloutGroup, Turn, sampling_temperature
 from ..store.store import Store
-from .scorer import MIN_EACH, USER_ANSWERS, Scorer, last_user_text, user_evidence
+from .scorer import MIN_EACH, USER_ANSWERS, Scorer, UserFit, last_user_text, user_evidence
 
 log = logging.getLogger("clawd.judge")
 
@@ -45,6 +47,9 @@ class Rollouts:
     def __init__(self, engine: Engine, store: Store, settings: Settings, scorer: Scorer):
         self.engine, self.store, self.settings, self.scorer = engine, store, settings, scorer
         self.last: dict[str, float] | None = None  # what the last job did, for status
+        self.fit: UserFit | None = None  # the last fit on the user's verdicts, for status
+        # the verdicts (`_verdicts_key`) a fit last failed to see: nothing to do until they change
+        self._no_signal: tuple | None = None
 
     def pending(self) -> bool:
         """Is there anything to do? (The scheduler asks every idle tick: cheap queries only.)"""
@@ -57,13 +62,22 @@ class Rollouts:
         if trust is not None and trust.mode != "trusted":
             return False
         v = self.verdicts()
-        return bool(self.store.corrections(1)) and min(v["accepted"], v["rejected"]) >= v["needed"] and bool(
+        return bool(self.store.corrections(1)) and min(v["accepted"], v["rejected"]) >= v["needed"] and \
+            self._no_signal != self._verdicts_key() and bool(
             self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS))
 
-    def verdicts(self) -> dict[str, int]:
-        """The user's judged answers the fit reads, each way, and how many of each it needs first."""
+    def _verdicts_key(self) -> tuple:
+        """What a fit on the user's verdicts reads, cheaply: their counts each way and the newest."""
+        newest = self.store.judged_answers(1)
+        return self.store.judged_counts(USER_ANSWERS), newest[0][0].id if newest else None
+
+    def verdicts(self) -> dict[str, Any]:
+        """The user's judged answers the fit reads, each way, how many of each it needs first, and
+        how well the last fit ranked them (each by a fit on the others) against the AUC it needs."""
         accepted, rejected = self.store.judged_counts(USER_ANSWERS)
-        return {"accepted": accepted, "rejected": rejected, "needed": MIN_EACH}
+        f = self.fit
+        return {"accepted": accepted, "rejected": rejected, "needed": MIN_EACH,
+                "cv_auc": f.cv_auc if f else None, "needed_auc": f.needed_auc if f else None}
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Make groups until none is left to make, the budget is spent or `stop` is set. Returns
@@ -142,15 +156,21 @@ class Rollouts:
         return g
 
     def _user_fit(self, evidence: list[str], stop: threading.Event | None) -> dict[str, list] | None:
-        """The scorer's fit on the answers this user judged (None: no words to score against, or
-        too few answers judged each way yet)."""
+        """The scorer's fit on the answers this user judged (None: no words to score against, too
+        few answers judged each way yet, or a fit that does not see their verdicts)."""
         if not evidence:
             return None
+        key = self._verdicts_key()
         labeled = [(last_user_text(t), t.text, score > 0) for t, score in self.store.judged_answers(USER_ANSWERS)]
-        user = self.scorer.user_fit(evidence, labeled, stop)
-        if user is None:
+        self.fit = f = self.scorer.user_fit(evidence, labeled, stop)
+        if f.cv_auc is None:
             log.info("GRPO scorer: %d of the user's answers judged; a fit needs more of each kind", len(labeled))
-        return user
+        elif f.model is None:
+            self._no_signal = key
+            log.info("GRPO scorer: a fit on the user's %d accepted and %d rejected answers ranks them at AUC %.2f, "
+                     "each by a fit on the others; %.2f is needed to beat chance, so no group is sampled or decided "
+                     "until their next verdict", f.accepted, f.rejected, f.cv_auc, f.needed_auc)
+        return f.model
 
     def _score(self, g: RolloutGroup, evidence: list[str], user: dict[str, list] | None,
                stop: threading.Event | None = None) -> None:

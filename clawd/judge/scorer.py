@@ -15,7 +15,12 @@ on shipped cases of other preferences, has to guess the preference from the quot
 on Qwen2.5-Coder-0.5B it ranked no better than answer length (tuning AUC 0.70, length 0.60, fewer
 lines 0.74); fitted on each simulated user's earlier answers it ranks their next ones at 0.82-0.84,
 and 0.88-0.96 on held-out preferences (bench/judge/user_fit.py, docs/learning.md). No fit is made
-before the user has judged MIN_EACH answers each way.
+before the user has judged MIN_EACH answers each way, and **none decides anything until it sees this
+user's verdicts**: each judged answer scored by a fit on the others (FOLDS-fold cross-validation) must
+rank the user's accepted answers above their rejected ones better than chance (`signal`). A user whose
+verdicts carry nothing the features show (one who corrects only wrong figures; on the shipped cases,
+the metric user, whose fits rank their next answers at AUC 0.38-0.55) would otherwise have every group
+ranked by noise, and some decided by chance.
 
 How far to trust that method is measured per model file on shipped labeled cases
 (`data/scorer_cases.jsonl`: real sampled answers, each labeled by whether it meets a stated
@@ -46,7 +51,7 @@ import numpy as np
 
 from ..store.hints import clip, quotes_tool_output, text_of, tool_texts
 from ..store.records import NextState, Turn
-from .calibration import fit, predict
+from .calibration import FOLDS, cross_val_probs, fit, predict
 
 log = logging.getLogger("clawd.judge")
 
@@ -59,6 +64,12 @@ QUESTION_CHARS, ANSWER_CHARS = 600, 1600  # cut in the middle (an answer's end m
 MIN_DECIDED = 0.5
 HISTORY = 4  # earlier cases a simulated user has before their answers are scored (about 20 answers)
 MIN_EACH = 3  # the user's judged answers needed each way (accepted, rejected) before a fit is made
+# How far above chance the cross-validated AUC of a user's fit must be before it decides groups: a
+# one-sided 5% test against the null of a ranking that knows nothing (Mann-Whitney: AUC mean 0.5,
+# variance (a + r + 1) / (12 a r) for a accepted and r rejected answers). Cross-validation on so few
+# answers is pessimistic under the null, so the test errs towards deciding nothing. Not tuned:
+# bench/judge/user_fit.py measures what it passes.
+SIGNAL_Z = 1.645
 USER_ANSWERS = 48  # the user's most recent judged answers the fit reads (each one forward pass per job)
 MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward gaps tried
 # Principal components of the hidden state the fit reads. Chosen on the tuning split alone, each
@@ -146,6 +157,25 @@ def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], m
                        length_auc=round(pair_metrics(shorter, 0.0)["auc"], 3), seconds_per_answer=round(seconds_per_answer, 3))
 
 
+def auc(scores: np.ndarray, ok: np.ndarray) -> float:
+    """Share of (accepted, rejected) pairs the scores put the right way round, ties half."""
+    d = scores[ok][:, None] - scores[~ok][None, :]  # (accepted, rejected)
+    return float(((d > 0) + 0.5 * (d == 0)).mean()) if d.size else 0.5
+
+
+def auc_needed(accepted: int, rejected: int, z: float = SIGNAL_Z) -> float:
+    """The AUC a ranking of `accepted` + `rejected` answers must reach to beat chance at `z` (SIGNAL_Z)."""
+    return 0.5 + z * float(np.sqrt((accepted + rejected + 1) / (12 * accepted * rejected)))
+
+
+def signal(x: np.ndarray, ok: np.ndarray, folds: int = FOLDS, components: int = COMPONENTS) -> tuple[float, float]:
+    """Does a fit see this user's verdicts? x (n, PLAIN + n_embd) the judged answers' features, ok
+    (n,) accepted or not. Each answer's P(accepted) from a fit on the other folds, and that ranking's
+    AUC against the verdicts: (the AUC, the AUC needed, auc_needed)."""
+    p = cross_val_probs(x, np.where(ok, 1, -1), plain=PLAIN, k=folds, components=components)[:, 2]  # (n,)
+    return auc(p, ok), auc_needed(int(ok.sum()), int((~ok).sum()))
+
+
 def user_rewards(x: np.ndarray, meets: np.ndarray, cases: list[dict[str, Any]], history: int = HISTORY,
                  components: int = COMPONENTS) -> list[list[tuple[float, bool]]]:
     """Per case with at least `history` earlier cases of its scenario (one simulated user's history,
@@ -175,6 +205,16 @@ def per_case(cases: list[dict[str, Any]], rewards: np.ndarray, meets: np.ndarray
     """Rewards and labels of every answer, in case order, (answers,) each, regrouped case by case."""
     starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
     return [list(zip(rewards[a:b].tolist(), meets[a:b].tolist())) for a, b in zip(starts[:-1], starts[1:])]
+
+
+@dataclass
+class UserFit:
+    """The scorer's fit on one user's judged answers (`Scorer.user_fit`), and whether it sees them."""
+    model: dict[str, list] | None  # None: too few verdicts each way, or a fit that ranks them no better than chance
+    accepted: int
+    rejected: int
+    cv_auc: float | None = None  # each judged answer ranked by a fit on the others (`signal`); None: not fitted
+    needed_auc: float | None = None  # what that AUC must reach (auc_needed)
 
 
 def _render(engine: Any, evidence: list[str], question: str, answer: str) -> str:
@@ -259,14 +299,19 @@ class Scorer:
         return np.array(xs), np.array(meets), groups
 
     def user_fit(self, evidence: list[str], labeled: list[tuple[str, str, bool]],
-                 cancel: threading.Event | None = None) -> dict[str, list] | None:
+                 cancel: threading.Event | None = None) -> UserFit:
         """This user's fit: features of each (question, answer, accepted) they judged, read with
-        today's `evidence`; None until MIN_EACH answers of each kind exist."""
+        today's `evidence`; its model is None until MIN_EACH answers of each kind exist and the
+        fit sees their verdicts (`signal`)."""
         ok = np.array([a for _, _, a in labeled], dtype=bool)
-        if ok.sum() < MIN_EACH or (~ok).sum() < MIN_EACH:
-            return None
+        out = UserFit(None, int(ok.sum()), int((~ok).sum()))
+        if out.accepted < MIN_EACH or out.rejected < MIN_EACH:
+            return out
         x = np.array([self._features(evidence, q, a, cancel) for q, a, _ in labeled])
-        return fit(x, np.where(ok, 1, -1), plain=PLAIN, components=min(COMPONENTS, len(ok) - 1))
+        out.cv_auc, out.needed_auc = (round(v, 3) for v in signal(x, ok))
+        if out.cv_auc >= out.needed_auc:
+            out.model = fit(x, np.where(ok, 1, -1), plain=PLAIN, components=min(COMPONENTS, len(ok) - 1))
+        return out
 
     def reward(self, user: dict[str, list], evidence: list[str], question: str, answer: str,
                cancel: threading.Event | None = None) -> float:

@@ -128,7 +128,7 @@ def _round(settings, store, adapters: AdapterDir, backend, progress, control, se
     if st is None:
         if store.fail_unstaged_runs():  # runs killed before their first checkpoint: nothing to resume
             log.info("interrupted training run(s) marked failed")
-        turn_ids = ready_turns(store, settings.train_method, settings.train_batch)
+        turn_ids = ready_turns(store, settings.train_method, settings.train_batch, settings.w_rl, settings.w_opd)
         parent = _parent(adapters)
         group_ids = store.ready_groups(parent, settings.grpo_groups) if settings.grpo_k >= 2 else []
         if not turn_ids and not group_ids:

@@ -212,8 +212,9 @@ def centered(samples: list[Sample]) -> tuple[list[Sample], float]:
     return [replace(s, reward=s.reward - mean) for s in samples], mean
 
 
-def ready_turns(store: Store, method: str, limit: int) -> list[int]:
-    """Main turns with a signal for `method` that no finished run has used, oldest first, none
-    from a session the user excluded from training."""
-    rl, opd = (w > 0 for w in WEIGHTS[method])
+def ready_turns(store: Store, method: str, limit: int, w_rl: float = 1.0, w_opd: float = 1.0) -> list[int]:
+    """Main turns with a signal for `method` at these weights that no finished run has used, oldest
+    first, none from a session the user excluded from training. A term weighted 0 reads no turn:
+    with both at 0 (the groups alone) turns would start rounds that train nothing on them."""
+    rl, opd = (w * f > 0 for w, f in zip(WEIGHTS[method], (w_rl, w_opd)))
     return store.ready_turns(rl, opd, limit)

@@ -103,7 +103,10 @@ function grpoLine(g) {
     : `scorer ${s.mode || "not measured yet"}`;
   const v = g.verdicts;
   const wait = v && Math.min(v.accepted, v.rejected) < v.needed
-    ? `; waiting for the user's verdicts (${v.accepted} accepted, ${v.rejected} rejected of ${v.needed} each)` : "";
+    ? `; waiting for the user's verdicts (${v.accepted} accepted, ${v.rejected} rejected of ${v.needed} each)`
+    : v && v.cv_auc != null && v.cv_auc < v.needed_auc
+    ? `; the fit does not see the user's verdicts yet (AUC ${v.cv_auc.toFixed(2)}, ${v.needed_auc.toFixed(2)} needed): no groups until their next one`
+    : "";
   const last = g.last_round ? `; last round ${g.last_round.groups} groups, mean |advantage| ${g.last_round.advantage_mean_abs.toFixed(2)}` : "";
   return `${c.sampled} groups sampled, ${c.hindsight} hindsight pairs, ${c.trained} trained on; ${scorer}${wait}${last}`;
 }
