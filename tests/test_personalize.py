@@ -174,3 +174,14 @@ def test_a_cached_loop_run_is_keyed_by_the_daemons_source(tmp_path):
     assert daemon_source(tmp_path) == first
     (tmp_path / "clawd" / "train" / "loop.py").rename(tmp_path / "clawd" / "loop.py")  # same text, moved
     assert daemon_source(tmp_path) != first
+
+
+@pytest.mark.fast
+def test_a_summary_names_the_daemons_flags_and_the_users_idle_limit():
+    """A run at other settings, or with less idle time after each block, never overwrites the
+    summary of a run at the defaults."""
+    from bench.personalize.report import args_tag
+    assert args_tag({"config": {"daemon_args": ""}}) == ""
+    assert args_tag({"config": {"daemon_args": "--lr 2e-4 --w-rl 0"}}) == "lr-2e-4-w-rl-0"
+    assert args_tag({"config": {"daemon_args": "--lr 2e-4", "idle_limit": 1200.0}}) == "lr-2e-4-idle-1200s"
+    assert args_tag({"config": {"daemon_args": None, "idle_limit": 900}}) == "idle-900s"

@@ -94,24 +94,35 @@ QUIET_S = 15.0  # with LOOP_FLAGS a daemon that has work starts it within 1.5 s;
 STILL_S = 4.0  # ... and idle that long, seen twice, is idle for good (a publish leaves it idle for one tick)
 
 
-def wait_for_round(d: Daemon, since: float, timeout: float) -> tuple[dict[str, Any], float]:
+def pause_learning(d: Daemon, timeout: float = 1800) -> None:
+    """The user's switch (POST /v1/clawd/learning/pause), then until nothing trains, publishes or
+    samples any more: what a user's idle time had not finished is left unfinished, and no adapter
+    goes live while the held-out prompts are scored."""
+    httpx.post(d.url + "/v1/clawd/learning/pause", timeout=60).raise_for_status()
+    wait_for_round(d, since=time.time(), timeout=timeout)
+
+
+def wait_for_round(d: Daemon, since: float, timeout: float, give_up: bool = False) -> tuple[dict[str, Any], float]:
     """Until the daemon has gone idle after `since`: judged everything, trained and published if
     enough turns were ready, sampled its GRPO groups. A daemon idle since before `since` that has
     started nothing for QUIET_S had nothing to do: that returns too (else a wait after the last
-    round, with fewer than a round's turns ready, would last the whole timeout)."""
+    round, with fewer than a round's turns ready, would last the whole timeout). At the timeout,
+    raises, or with `give_up` returns the last status, marked `"gave_up": True`."""
     deadline = since + timeout
     st: dict[str, Any] = {}
     seen = None  # when the daemon went idle, as first seen; idle must last: a publish is idle for a tick
     while time.time() < deadline:
         st = d.status()
         idle_from = time.time() - st["doing_since_s"]
-        if st["doing"] == "idle" and (idle_from > since or time.time() - since > QUIET_S):
+        if st["doing"].startswith("idle") and (idle_from > since or time.time() - since > QUIET_S):
             if seen is not None and abs(seen - idle_from) < 1 and time.time() - idle_from >= STILL_S:
                 return st, time.time() - since
             seen = idle_from
         else:
             seen = None
         time.sleep(2)
+    if give_up:
+        return {**st, "gave_up": True}, time.time() - since
     raise TimeoutError(f"the daemon did not finish a round within {timeout:.0f}s; last status: {json.dumps(st)[:1500]}")
 
 

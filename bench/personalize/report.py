@@ -180,7 +180,9 @@ def _point(sc: Scenario, point: dict[str, Any]) -> dict[str, Any]:
 def args_tag(result: dict[str, Any]) -> str:
     """--daemon-args as a file-name part ("" at the daemon's defaults): a run at other settings never
     overwrites the defaults' summary."""
-    return re.sub(r"[^A-Za-z0-9.]+", "-", result["config"].get("daemon_args") or "").strip("-")
+    tag = re.sub(r"[^A-Za-z0-9.]+", "-", result["config"].get("daemon_args") or "").strip("-")
+    idle = result["config"].get("idle_limit")
+    return "-".join(t for t in (tag, f"idle-{idle:.0f}s" if idle is not None else "") if t)
 
 
 def write_summaries(result: dict[str, Any], only: tuple[str, str] | None = None) -> None:

@@ -68,6 +68,7 @@ from bench.personalize.evaluate import (
     grade,
     greedy_answers,
     idle_cost,
+    pause_learning,
     since,
     wait_for_round,
 )
@@ -111,6 +112,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, help="CPU threads for the daemon (llama.cpp and training)")
     p.add_argument("--daemon-args", default="", help='more `clawd serve` flags, e.g. "--train-batch 8"; recorded')
     p.add_argument("--round-timeout", type=float, default=3600, help="seconds to wait for a round to judge, train and publish")
+    p.add_argument("--idle-limit", type=float,
+                   help="the user's idle seconds after each block of turns: then they talk on, whatever the daemon is "
+                        "doing, and learning is paused before the held-out prompts are scored (default: until the "
+                        "daemon is idle, at most --round-timeout; GRPO replays every turn under each new adapter, so "
+                        "that can be an hour)")
     p.add_argument("--score-every-adapter", action="store_true",
                    help="score the held-out prompts after every adapter, not only after the last feedback turn")
     p.add_argument("--quick", action="store_true", help="one scenario (the first of --scenarios), one seed and method, "
@@ -137,6 +143,9 @@ def main() -> None:
         sys.exit(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
     if unknown := set(columns) - set(COLUMNS):
         sys.exit(f"unknown column(s) {', '.join(unknown)}: choose from {', '.join(COLUMNS)}")
+    if args.idle_limit is not None and args.score_every_adapter:
+        sys.exit("--idle-limit scores the held-out prompts once, at the end (learning paused): "
+                 "drop --score-every-adapter")
     seeds = [int(x) for x in args.seeds.split(",")]
     scenarios = [everyone[n] for n in args.scenarios.split(",")]
     if args.quick:
@@ -216,7 +225,8 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         # picks up where the last one stopped (its summary was written when it finished).
         source = daemon_source()
         key = json.dumps([d.model_key(), sc.name, sc.prompts, method, seed, args.turns, args.max_tokens,
-                          args.score_every_adapter, d.settings, pools, source])
+                          args.score_every_adapter, d.settings, pools, source]
+                         + ([args.idle_limit] if args.idle_limit is not None else []))
         done = cache / f"loop-{sc.name}-{method}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if loop and done.is_file():
             print(f"  loop: finished in an earlier sitting ({done.name})", flush=True)
@@ -224,6 +234,8 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         elif loop:
             run["code"] = {"clawd_source": source, "commit": git_commit()}  # which daemon this measured
             converse_and_learn(d, sc, seed, args, run, pools)
+            if args.idle_limit is not None:
+                pause_learning(d)
             if not args.score_every_adapter:
                 live = (d.status()["adapter"] or {}).get("version")
                 ev = greedy_answers(d, pools, args.max_tokens) if live is not None else ref["base"]
@@ -305,8 +317,13 @@ def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namesp
               f"preference, {sum(t['non_answer'] is not None for t in block)} were no answer "
               f"({talked:.0f}s of conversation); waiting for the daemon", flush=True)
         t_wait = time.time()
-        st, waited = wait_for_round(d, since=t_wait, timeout=args.round_timeout)
+        limited = args.idle_limit is not None
+        st, waited = wait_for_round(d, since=t_wait, timeout=args.idle_limit if limited else args.round_timeout,
+                                    give_up=limited)
+        if st.get("gave_up"):
+            print(f"  the user's {args.idle_limit:.0f}s of idle time are over; the daemon was {st['doing']}", flush=True)
         rnd = {"feedback_turns": len(run["turns"]), "talk_s": round(talked, 1), "learn_s": round(waited, 1),
+               "gave_up": bool(st.get("gave_up")),
                "train": since(st["training"]["last"], t_wait), "publish": since(st["training"]["last_publish"], t_wait),
                "turn_counts": st["turns"], "grpo": st.get("grpo")}
         run["rounds"].append(rnd)
