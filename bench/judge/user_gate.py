@@ -31,19 +31,14 @@ import numpy as np
 
 from bench.judge.scorer import HELDOUT, ROOT
 from bench.judge.user_fit import features, noisy_user_rewards, scorable
-from clawd.judge.scorer import CASES, COMPONENTS, MIN_EACH, load_cases, pair_metrics, signal
+from clawd.judge.scorer import CASES, COMPONENTS, MIN_EACH, histories, load_cases, pair_metrics, signal
 
 
 def gate(cases: list[dict], x: np.ndarray, labels: np.ndarray, history: int) -> list[dict]:
     """For each case with `history` earlier ones of its scenario: the gate on those earlier
     answers' `labels` (x (answers, d) and labels (answers,), every case's answers in order)."""
-    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
     out = []
-    for i, c in enumerate(cases):
-        earlier = [j for j in range(i) if cases[j]["scenario"] == c["scenario"]]
-        if len(earlier) < history:
-            continue
-        idx = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in earlier])
+    for c, idx, _ in histories(cases, history):
         y = labels[idx]
         if min(y.sum(), (~y).sum()) < MIN_EACH:
             out.append({"id": c["id"], "scenario": c["scenario"], "cv_auc": None, "needed": None, "passes": False})

@@ -43,7 +43,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -177,19 +177,24 @@ def signal(x: np.ndarray, ok: np.ndarray, folds: int = FOLDS, components: int = 
     return auc(p, ok), auc_needed(int(ok.sum()), int((~ok).sum()))
 
 
+def histories(cases: list[dict[str, Any]], history: int = HISTORY) -> Iterator[tuple[dict[str, Any], np.ndarray, slice]]:
+    """Each case with at least `history` earlier cases of its scenario (one simulated user's
+    history, in file order): (the case, its earlier cases' answers (m,), its own answers), each as
+    indices into every case's answers in order."""
+    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
+    for i, c in enumerate(cases):
+        earlier = [j for j in range(i) if cases[j]["scenario"] == c["scenario"]]
+        if len(earlier) >= history:
+            yield c, np.concatenate([np.arange(starts[j], starts[j + 1]) for j in earlier]), slice(starts[i], starts[i + 1])
+
+
 def user_rewards(x: np.ndarray, meets: np.ndarray, cases: list[dict[str, Any]], history: int = HISTORY,
                  components: int = COMPONENTS) -> list[list[tuple[float, bool]]]:
     """Per case with at least `history` earlier cases of its scenario (one simulated user's history,
     in file order): each answer's P(accepted) from a fit on that user's earlier answers only, as
     (reward, meets) pairs. x (n, PLAIN + n_embd) and meets (n,): every case's answers, in order."""
-    starts = np.cumsum([0] + [len(c["answers"]) for c in cases])
     out = []
-    for i, c in enumerate(cases):
-        earlier = [j for j in range(i) if cases[j]["scenario"] == c["scenario"]]
-        if len(earlier) < history:
-            continue
-        idx = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in earlier])
-        now = slice(starts[i], starts[i + 1])
+    for _, idx, now in histories(cases, history):
         if len(set(meets[idx].tolist())) < 2:  # one kind of answer seen: nothing to rank by
             out.append([(0.5, bool(m)) for m in meets[now]])
             continue
