@@ -67,9 +67,10 @@ HISTORY = 4  # earlier cases a simulated user has before their answers are score
 MIN_EACH = 3  # the user's judged answers needed each way (accepted, rejected) before a fit is made
 # How far above chance the cross-validated AUC of a user's fit must be before it decides groups: a
 # one-sided 5% test against the null of a ranking that knows nothing (Mann-Whitney: AUC mean 0.5,
-# variance (a + r + 1) / (12 a r) for a accepted and r rejected answers). Cross-validation on so few
-# answers is pessimistic under the null, so the test errs towards deciding nothing. Not tuned:
-# bench/judge/user_fit.py measures what it passes.
+# variance (a + r + 1) / (12 a r) for a accepted and r rejected answers). Not tuned. Measured on the
+# shipped users (bench/judge/user_gate.py): it passes 75-100% of six users' cases and 44% of the
+# metric user's, and 0-19% of a user's whose verdicts are shuffled within each question: more than
+# 5%, as one user's cases are nested histories, not independent tries.
 SIGNAL_Z = 1.645
 USER_ANSWERS = 48  # the user's most recent judged answers the fit reads (each one forward pass per job)
 MARGINS = tuple(round(x, 2) for x in np.arange(0.0, 0.96, 0.05))  # the reward gaps tried
@@ -172,7 +173,7 @@ def auc_needed(accepted: int, rejected: int, z: float = SIGNAL_Z) -> float:
 def signal(x: np.ndarray, ok: np.ndarray, folds: int = FOLDS, components: int = COMPONENTS) -> tuple[float, float]:
     """Does a fit see this user's verdicts? x (n, PLAIN + n_embd) the judged answers' features, ok
     (n,) accepted or not. Each answer's P(accepted) from a fit on the other folds, and that ranking's
-    AUC against the verdicts: (the AUC, the AUC needed, auc_needed)."""
+    AUC against the verdicts: (that AUC, the AUC needed: auc_needed)."""
     p = cross_val_probs(x, np.where(ok, 1, -1), plain=PLAIN, k=folds, components=components)[:, 2]  # (n,)
     return auc(p, ok), auc_needed(int(ok.sum()), int((~ok).sum()))
 
