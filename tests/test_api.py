@@ -147,7 +147,8 @@ def test_models_health_status(daemon: Daemon):
     assert set(st["turns"]) >= {"turns", "main", "side", "judged", "trained", "sessions"}
     assert st["grpo"]["k"] == 0 and st["grpo"]["groups"]["sampled"] == 0  # off here (conftest.py)
     assert st["grpo"]["scorer"]["mode"] == "not measured yet"
-    assert st["grpo"]["verdicts"] == {"accepted": 0, "rejected": 0, "needed": 3}  # the user fit waits for 3 each way
+    assert st["grpo"]["verdicts"] == {"accepted": 0, "rejected": 0, "needed": 3,  # the user fit waits for 3 each way
+                                      "cv_auc": None, "needed_auc": None}  # ... and has not been tried
 
 
 def test_openapi_describes_every_clawd_route_and_the_client_decodes_them(daemon: Daemon):
