@@ -312,6 +312,9 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     assert not rollouts.pending()
     verdict(store, turn(store, "ok-more", "Name a fruit.", "Figs are sweet fruits.", next_text="Thanks."), 1)
     assert rollouts.pending()
+    store.set_learning_paused(True)  # the user's switch: a job in progress samples no further group
+    assert rollouts.run() == 0 and store.group_counts()["sampled"] == 1
+    assert rollouts.fit is not None and rollouts.fit.model is not None  # trusted, fitted: only the pause held it back
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust

@@ -12,7 +12,7 @@ left to judge or train.
    better than chance (scorer.signal): then it waits for their next verdict.
 
 The background context yields to user requests between decode steps, as judging does; a job stops
-at the next group once `grpo_budget_s` has passed or the scheduler tells it to. A group and its
+at the next group once `grpo_budget_s` has passed, the scheduler tells it to, or the user pauses learning. A group and its
 scores are each written in one transaction.
 """
 
@@ -95,6 +95,9 @@ class Rollouts:
                          f"{100 * trust.measured['decided']:.0f}% of pairs decided at margin {trust.margin}")
                 return made
             while user is not None and (stop is None or not stop.is_set()):
+                if self.store.learning_paused():  # the user's switch, read between groups as the scheduler reads it between ticks
+                    log.info("GRPO rollouts: learning paused by the user; no more groups")
+                    break
                 if time.monotonic() - t0 > self.settings.grpo_budget_s:
                     log.info("GRPO rollouts: idle budget of %.0fs spent", self.settings.grpo_budget_s)
                     break
