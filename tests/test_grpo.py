@@ -19,7 +19,6 @@ from clawd.judge.scorer import (
     HISTORY,
     MIN_EACH,
     Scorer,
-    auc,
     auc_needed,
     measure,
     pair_metrics,
@@ -192,7 +191,7 @@ def test_a_fit_decides_nothing_until_it_sees_the_users_verdicts():
     assert auc_needed(3, 3) == pytest.approx(0.5 + 1.645 * (7 / 108) ** 0.5)  # 0.919: 3 each way, nearly perfect
     assert auc_needed(20, 20) == pytest.approx(0.5 + 1.645 * (41 / 4800) ** 0.5)  # 0.652
     # pairs (accepted, rejected): (.9, .1) (.9, .8) (.8, .1) right, (.8, .8) a tie: 3.5 of 4
-    assert auc(np.array([0.9, 0.8, 0.1, 0.8]), np.array([True, True, False, False])) == pytest.approx(0.875)
+    assert pair_metrics([[(0.9, True), (0.8, True), (0.1, False), (0.8, False)]], 0.0)["auc"] == pytest.approx(0.875)
     rng = np.random.default_rng(0)
     ok = np.array([True, False] * 6)  # 6 accepted, 6 rejected
     hidden = rng.normal(size=(12, 8))  # (answers, n_embd): no pattern in it

@@ -51,13 +51,17 @@ def features(model: Path, cases: list[dict], cache: Path, threads: int) -> np.nd
     return x
 
 
+def noisy(meets: np.ndarray, noise: float, seed: int) -> np.ndarray:
+    """The labels a user's judge gives: each of `meets` (answers,) flipped with probability `noise`."""
+    return np.where(np.random.default_rng(seed).random(len(meets)) < noise, ~meets, meets)
+
+
 def noisy_user_rewards(cases: list[dict], x: np.ndarray, history: int, noise: float, seed: int,
                        components: int) -> list[list[tuple[float, bool]]]:
     """The daemon's `user_rewards` (each user's later cases scored by a fit on their earlier ones),
     fitted on labels flipped with probability `noise` (what the judge said), paired with the true ones."""
     meets = np.array([a["meets"] for c in cases for a in c["answers"]])
-    seen = np.where(np.random.default_rng(seed).random(len(meets)) < noise, ~meets, meets)
-    scored = user_rewards(x, seen, cases, history, components)
+    scored = user_rewards(x, noisy(meets, noise, seed), cases, history, components)
     return [[(r, bool(a["meets"])) for (r, _), a in zip(case, c["answers"])] for case, c in zip(scored, scorable(cases, history))]
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.judge.scorer import HELDOUT, ROOT
-from bench.judge.user_fit import features, noisy_user_rewards, scorable
+from bench.judge.user_fit import features, noisy, noisy_user_rewards, scorable
 from clawd.judge.scorer import CASES, COMPONENTS, MIN_EACH, histories, load_cases, pair_metrics, signal
 
 
@@ -68,19 +68,18 @@ def shuffled(cases: list[dict], labels: np.ndarray, seed: int, within: str) -> n
 
 def report(cases: list[dict], x: np.ndarray, history: int, noise: float, seeds: list[int], blind: int) -> dict:
     meets = np.array([a["meets"] for c in cases for a in c["answers"]])
-    scenarios = sorted({c["scenario"] for c in scorable(cases, history)})
-    out: dict = {"cases": len(scorable(cases, history)), "by_scenario": {}}
+    scored = scorable(cases, history)
+    scenarios = sorted({c["scenario"] for c in scored})
+    out: dict = {"cases": len(scored), "by_scenario": {}}
     rows: dict[str, list] = {sc: [] for sc in scenarios}
     for seed in seeds:
-        seen = np.where(np.random.default_rng(seed).random(len(meets)) < noise, ~meets, meets)  # as noisy_user_rewards
-        rewards = noisy_user_rewards(cases, x, history, noise, seed, COMPONENTS)
-        for g, r in zip(gate(cases, x, seen, history), rewards):
+        rewards = noisy_user_rewards(cases, x, history, noise, seed, COMPONENTS)  # fitted on the same noisy labels
+        for g, r in zip(gate(cases, x, noisy(meets, noise, seed), history), rewards):
             rows[g["scenario"]].append((g, r))
     for within in ("case", "scenario"):
         passes: dict[str, list[bool]] = {sc: [] for sc in scenarios}
         for seed in range(blind):  # a user's passes are not independent (each history holds the last): many shuffles
-            noisy = np.where(np.random.default_rng(seed).random(len(meets)) < noise, ~meets, meets)
-            for r in gate(cases, x, shuffled(cases, noisy, 1000 + seed, within), history):
+            for r in gate(cases, x, shuffled(cases, noisy(meets, noise, seed), 1000 + seed, within), history):
                 passes[r["scenario"]].append(r["passes"])
         out[f"blind_within_{within}_passes"] = {sc: round(float(np.mean(v)), 3) for sc, v in passes.items()}
     for sc, rs in rows.items():

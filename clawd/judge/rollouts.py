@@ -61,13 +61,12 @@ class Rollouts:
         trust = self.scorer.cached()
         if trust is not None and trust.mode != "trusted":
             return False
-        v = self.verdicts()
-        return bool(self.store.corrections(1)) and min(v["accepted"], v["rejected"]) >= v["needed"] and \
-            self._no_signal != self._verdicts_key() and bool(
+        key = self._verdicts_key()
+        return bool(self.store.corrections(1)) and min(key[0]) >= MIN_EACH and self._no_signal != key and bool(
             self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS))
 
     def _verdicts_key(self) -> tuple:
-        """What a fit on the user's verdicts reads, cheaply: their counts each way and the newest."""
+        """What a fit on the user's verdicts reads, cheaply: ((accepted, rejected), the newest's id)."""
         newest = self.store.judged_answers(1)
         return self.store.judged_counts(USER_ANSWERS), newest[0][0].id if newest else None
 

@@ -159,12 +159,6 @@ def measure(rewards: list[list[tuple[float, bool]]], lengths: list[list[int]], m
                        length_auc=round(pair_metrics(shorter, 0.0)["auc"], 3), seconds_per_answer=round(seconds_per_answer, 3))
 
 
-def auc(scores: np.ndarray, ok: np.ndarray) -> float:
-    """Share of (accepted, rejected) pairs the scores put the right way round, ties half."""
-    d = scores[ok][:, None] - scores[~ok][None, :]  # (accepted, rejected)
-    return float(((d > 0) + 0.5 * (d == 0)).mean()) if d.size else 0.5
-
-
 def auc_needed(accepted: int, rejected: int, z: float = SIGNAL_Z) -> float:
     """The AUC a ranking of `accepted` + `rejected` answers must reach to beat chance at `z` (SIGNAL_Z)."""
     return 0.5 + z * float(np.sqrt((accepted + rejected + 1) / (12 * accepted * rejected)))
@@ -175,7 +169,7 @@ def signal(x: np.ndarray, ok: np.ndarray, folds: int = FOLDS, components: int = 
     (n,) accepted or not. Each answer's P(accepted) from a fit on the other folds, and that ranking's
     AUC against the verdicts: (that AUC, the AUC needed: auc_needed)."""
     p = cross_val_probs(x, np.where(ok, 1, -1), plain=PLAIN, k=folds, components=components)[:, 2]  # (n,)
-    return auc(p, ok), auc_needed(int(ok.sum()), int((~ok).sum()))
+    return pair_metrics([list(zip(p.tolist(), ok.tolist()))], 0.0)["auc"], auc_needed(int(ok.sum()), int((~ok).sum()))
 
 
 def histories(cases: list[dict[str, Any]], history: int = HISTORY) -> Iterator[tuple[dict[str, Any], np.ndarray, slice]]:
