@@ -247,7 +247,8 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
             if sa["pairs"]:
                 print(f"  GRPO scorer against the checker: {sa['groups']} groups, {sa['pairs']} (pass, fail) pairs, AUC "
                       f"{sa['auc']:.2f}; at margin {sa['margin']}: {sa['decided']:.0%} decided, {sa['wrong_sign']:.0%} "
-                      "the wrong way", flush=True)
+                      "the wrong way; answer length alone AUC "
+                      f"{sa['length_auc']:.2f}, the favoured answer shorter in {sa['shorter_first'] or 0:.0%} of decided pairs", flush=True)
         if (home / "judge").is_dir():
             shutil.copytree(home / "judge", calibrations, dirs_exist_ok=True)
     except BaseException:
@@ -388,21 +389,38 @@ def judge_agreement(d: Daemon, turns: list[dict[str, Any]]) -> dict[str, Any]:
 def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
     """GRPO's scorer on the groups the daemon sampled, against the scenario's checker: over every
     (passes, fails) pair of answers within a group, the AUC, and at the daemon's margin the shares
-    decided and decided the wrong way; each group's (reward, passes) kept for a re-grade. The
-    checker is asked about the session's first question (a retry's last message is the complaint)."""
+    decided and decided the wrong way; each group's (reward, passes, words) kept for a re-grade. The
+    checker is asked about the session's first question (a retry's last message is the complaint).
+    Beside them, what answer length alone would have done: length_auc ranks the shorter of each
+    (passes, fails) pair first, and shorter_first is the share of pairs the scorer decided (any two
+    answers of a group at least the margin apart) whose favoured answer is the shorter (ties 1/2):
+    what a round on these groups teaches about length, whatever the checker says."""
     groups = []
     for g in d.rows("SELECT g.id, g.scorer, t.request FROM rollout_groups g JOIN turns t ON t.id = g.turn_id"
                     " WHERE g.source = 'sampled' AND g.scorer IS NOT NULL ORDER BY g.id"):
         question = next(m["content"] for m in json.loads(g["request"])["messages"] if m["role"] == "user")
         answers = d.rows("SELECT text, reward FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
-        groups.append({"scorer": g["scorer"], "answers": [(a["reward"], sc.check(question, a["text"])) for a in answers]})
+        groups.append({"scorer": g["scorer"], "answers": [(a["reward"], sc.check(question, a["text"]), len(a["text"].split()))
+                                                          for a in answers]})
     margin = ((d.status().get("grpo") or {}).get("scorer") or {}).get("margin")
-    gaps = np.array([r1 - r2 for g in groups for r1, ok1 in g["answers"] if ok1 for r2, ok2 in g["answers"] if not ok2])
-    at = margin if margin is not None else 0.0
+    at = max(margin if margin is not None else 0.0, 1e-9)
+    checked = [(r1 - r2, w2 - w1) for g in groups for r1, ok1, w1 in g["answers"] if ok1
+               for r2, ok2, w2 in g["answers"] if not ok2]
+    gaps, pass_shorter = np.array([c[0] for c in checked]), np.array([c[1] for c in checked])
+    favoured = []  # +1: of two answers the scorer decided between, the one it favours is the shorter
+    for g in groups:
+        for i, (r1, _, w1) in enumerate(g["answers"]):
+            for r2, _, w2 in g["answers"][i + 1:]:
+                if abs(r1 - r2) >= at:
+                    favoured.append(np.sign(w2 - w1) if r1 > r2 else np.sign(w1 - w2))
+    shorter = np.array(favoured)
     return {"groups": len(groups), "margin": margin, "pairs": len(gaps),
             "auc": float(((gaps > 0) + 0.5 * (gaps == 0)).mean()) if len(gaps) else None,
-            "decided": float((np.abs(gaps) >= max(at, 1e-9)).mean()) if len(gaps) else None,
-            "wrong_sign": float((gaps <= -max(at, 1e-9)).mean()) if len(gaps) else None, "by_group": groups}
+            "decided": float((np.abs(gaps) >= at).mean()) if len(gaps) else None,
+            "wrong_sign": float((gaps <= -at).mean()) if len(gaps) else None,
+            "length_auc": float(((pass_shorter > 0) + 0.5 * (pass_shorter == 0)).mean()) if len(gaps) else None,
+            "shorter_first": float(((shorter > 0) + 0.5 * (shorter == 0)).mean()) if len(shorter) else None,
+            "by_group": groups}
 
 
 # -- re-grading ---------------------------------------------------------------------------------
