@@ -45,7 +45,8 @@ class Jobs:
     ready_to_train: Callable[[], int]  # turns a round could use now
     ready_groups: Callable[[], int]  # scored GRPO groups a round could use now
     rollouts_pending: Callable[[], bool]  # GRPO groups to make or score (judge/rollouts.py)
-    rollouts: Callable[[threading.Event], int]  # makes them until done, its budget spent, or the event is set
+    # makes them until done, its budget spent, the event set, or the predicate says a round's worth is ready
+    rollouts: Callable[[threading.Event, Callable[[], bool]], int]
     staged: Callable[[], bool]  # an interrupted round waits to be resumed
     start_trainer: Callable[[], Any]  # -> a Trainer (start/pause/resume/alive/paused/events/stop)
     publish: Callable[[], dict[str, Any] | None]  # publish the newest trained adapter, if any
@@ -187,10 +188,7 @@ class Scheduler:
             return
         self._asked.discard("judge")  # nothing (left) to judge
         ready, groups = self.jobs.ready_to_train(), self.jobs.ready_groups()
-        # A round's worth from either source or from both: 6 of 8 turns and 2 of 8 groups make one.
-        # Each alone would leave the other's evidence waiting for more turns that may be days away.
-        b, g = self.settings.train_batch, self.settings.grpo_groups
-        enough = ready * g + groups * b >= b * g  # ready/b + groups/g >= 1, in integers
+        enough = self._round_ready(ready, groups)
         if may_train and (enough or ("train" in self._asked and ready + groups > 0)):
             self._asked.discard("train")
             self._start_training(f"{ready} turns and {groups} GRPO groups ready" + ("" if enough else ", asked for"))
@@ -199,13 +197,19 @@ class Scheduler:
             # the lowest-priority idle work: sampling and scoring groups for the next round
             self._set("sampling groups")
             self._stop_judge.clear()
-            self.jobs.rollouts(self._stop_judge)
+            self.jobs.rollouts(self._stop_judge, lambda: self._round_ready(self.jobs.ready_to_train(), self.jobs.ready_groups()))
             return
         if "train" in self._asked:
             self._asked.discard("train")
             log.info("a round was asked for, but %s", "no judged turn is ready" if may_train else
                      "the last round failed and its backoff has not passed")
         self._set("idle, learning paused" if paused else "idle")
+
+    def _round_ready(self, ready: int, groups: int) -> bool:
+        """A round's worth from either source or from both: 6 of 8 turns and 2 of 8 groups make one.
+        Each alone would leave the other's evidence waiting for more turns that may be days away."""
+        b, g = self.settings.train_batch, self.settings.grpo_groups
+        return ready * g + groups * b >= b * g  # ready/b + groups/g >= 1, in integers
 
     def _watch_trainer(self, idle: bool, paused: bool = False) -> None:
         t = self.trainer

@@ -144,7 +144,7 @@ def test_scheduler_does_not_train_or_publish_while_learning_is_paused(tmp_path, 
 
     jobs = Jobs(judge_backlog=lambda stop: calls.append("judge") or 1, backlog_size=lambda: state["backlog"],
                 ready_to_train=lambda: 99, ready_groups=lambda: 99, rollouts_pending=lambda: True,
-                rollouts=lambda stop: calls.append("rollouts") or 1, staged=lambda: False, start_trainer=start,
+                rollouts=lambda stop, enough: calls.append("rollouts") or 1, staged=lambda: False, start_trainer=start,
                 publish=lambda: calls.append("publish") or {}, unpublished=lambda: state["unpublished"])
     sched = Scheduler(Settings(home=tmp_path), store, lambda: Activity(in_flight=0, last_activity=0.0), jobs)
 

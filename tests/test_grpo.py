@@ -314,6 +314,11 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     store.set_learning_paused(True)  # the user's switch: a job in progress samples no further group
     assert rollouts.run() == 0 and store.group_counts()["sampled"] == 1
     assert rollouts.fit is not None and rollouts.fit.model is not None  # trusted, fitted: only the pause held it back
+    store.set_learning_paused(False)
+    # 13 judged turns are left to replay; once the next round has what it needs, the job stops
+    # (groups past it would be sampled under an adapter that round replaces)
+    asked = []
+    assert rollouts.run(None, lambda: asked.append(1) is None) >= 1 and store.group_counts()["sampled"] == 2 and asked == [1]
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust

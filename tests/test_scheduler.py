@@ -54,10 +54,13 @@ class World:
             staged=lambda: self.staged, start_trainer=self._start, publish=self._publish,
             unpublished=lambda: self.unpublished))
 
-    def _rollouts(self, stop: threading.Event) -> int:
-        n, self.to_sample = self.to_sample, 0
-        self.sampled += n
-        self.groups += n
+    def _rollouts(self, stop: threading.Event, enough) -> int:
+        """As Rollouts.run: one group at a time, each ready once made, until none is left or enough()."""
+        n = 0
+        while self.to_sample > 0:
+            self.to_sample, self.sampled, self.groups, n = self.to_sample - 1, self.sampled + 1, self.groups + 1, n + 1
+            if enough():
+                break
         return n
 
     def _judge(self, stop: threading.Event) -> int:
@@ -163,10 +166,12 @@ def test_asked_for_a_round_trains_below_the_batch_without_waiting_idle(tmp_path)
 
 def test_groups_are_made_when_nothing_else_is_to_do_and_start_a_round_when_enough(tmp_path):
     w = World(tmp_path, train_batch=8, grpo_groups=4)
-    w.backlog, w.ready, w.to_sample = 2, 3, 4
+    w.backlog, w.ready, w.to_sample = 2, 3, 6
     assert w.ticks() == "judging" and w.sampled == 0  # the judge goes first
-    assert w.ticks() == "sampling groups" and w.sampled == 4  # then the groups: 3 turns are not a round
-    assert w.ticks() == "training" and w.started == 1  # 4 groups are
+    # then the groups (3 turns are not a round), until 3/8 + 3/4 make one: the other 3 would be
+    # sampled under an adapter the round replaces
+    assert w.ticks() == "sampling groups" and w.sampled == 3 and w.to_sample == 3
+    assert w.ticks() == "training" and w.started == 1
 
 
 def test_no_groups_are_made_while_learning_is_paused(tmp_path):
