@@ -211,6 +211,12 @@ class Settings(BaseSettings):
                                    "scorer's probabilities sit close together (0.25–0.55), so without it a group moves "
                                    "the adapter a fraction of what a judged turn does. Not yet measured on the learning "
                                    "bench, so off by default.")
+    grpo_length_neutral: bool = Field(False, description="Take out of each sampled group's advantages what its "
+                                      "answers' lengths explain (loss.group_advantages), so a round teaches what the "
+                                      "favoured answers have beyond being shorter: on no_lists the scorer favoured the "
+                                      "shorter answer in every pair it decided, and the rounds taught 'shorter' and lost "
+                                      "facts. A user who wants only shorter answers is then not learned from groups. Not "
+                                      "yet measured on the learning bench, so off by default.")
     grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group.")
     grpo_budget_s: float = Field(600.0, gt=0, description="Idle seconds one rollout job may sample before it yields to "
                                  "the scheduler's other work.")

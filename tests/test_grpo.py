@@ -238,6 +238,16 @@ def test_group_samples_carry_their_group_advantage_and_steps_keep_groups_whole(t
     # grpo_spread_norm: each group's best and worst 2 apart, so the hindsight pair weighs ±1 as a judged turn does
     scaled = group_samples([(g, t), (h, t)], ChatTemplate(CHATML), lambda s: [1, 2, 3], 512, spread=True)
     assert [s.reward for s in scaled] == [1.0, -1.0, -1.0, 1.0, -1.0, 1.0]
+    # grpo_length_neutral: a sampled group's advantages less what its answers' token counts explain
+    # (1, 3, 2, 2 tokens: the short/long pair is all length); a hindsight pair's stay, though its
+    # answers' lengths differ (two answers: length would explain everything)
+    t2, t3 = turn(store, "s2", "Name a tree.", "Oak."), turn(store, "s3", "Name a bird.", "Owl.")  # one group a turn
+    lengthy = store.group(store.add_group(RolloutGroup(t2.id, "sampled", None, 0.7, [
+        Rollout([7] * n, f"answer {n}", [-1.0] * n, r) for n, r in zip((1, 3, 2, 2), (0.9, 0.1, 0.6, 0.4))], "trusted")))
+    pair = store.group(store.add_group(RolloutGroup(t3.id, "hindsight", None, 0.7, [Rollout([8], "a", [], 0.0),
+                                                                                    Rollout([9, 9, 9], "b c d", [], 1.0)], "hindsight")))
+    neutral = group_samples([(lengthy, t2), (pair, t3)], ChatTemplate(CHATML), lambda s: [1, 2, 3], 512, length_neutral=True)
+    assert [s.reward for s in neutral] == pytest.approx([0.0, 0.0, 0.1, -0.1, -0.5, 0.5], abs=1e-6)
     plan = group_plan([4, 2], offset=3, minibatch=1, epochs=2, seed=0)
     assert len(plan) == 4 and sorted(map(tuple, plan[:2])) == [(3, 4, 5, 6), (7, 8)] == sorted(map(tuple, plan[2:]))
 

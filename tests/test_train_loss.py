@@ -202,6 +202,21 @@ def test_group_advantages_in_units_of_the_spread_by_hand():
     assert got.sum(-1) == pytest.approx(torch.zeros(3), abs=1e-5)  # still centered: the group's sum is 0
 
 
+def test_group_advantages_less_what_length_explains_by_hand():
+    """grpo_length_neutral: the slope of the advantages on the answers' token counts, within each
+    group, taken out. Group 1: centered rewards (+0.4, -0.4, +0.1, -0.1), lengths centered
+    (-10, +10, 0, 0): slope (-4 - 4) / 200 = -0.04, so the short/long pair is all length (0, 0) and
+    the two of equal length keep their ±0.1. Group 2: equal lengths, nothing to take out."""
+    rewards = torch.tensor([[0.9, 0.1, 0.6, 0.4], [0.9, 0.1, 0.6, 0.4]])
+    lengths = torch.tensor([[10, 30, 20, 20], [20, 20, 20, 20]])
+    got = group_advantages(rewards, lengths=lengths)
+    assert got == pytest.approx(torch.tensor([[0.0, 0.0, 0.1, -0.1], [0.4, -0.4, 0.1, -0.1]]), abs=1e-6)
+    # with the spread: the rewards' own factor (2 / 0.8), not the remainder's (which would make ±0.1 into ±1)
+    assert group_advantages(rewards, spread=True, lengths=lengths)[0] == pytest.approx(
+        torch.tensor([0.0, 0.0, 0.25, -0.25]), abs=1e-6)
+    assert (got * (lengths - lengths.float().mean(-1, keepdim=True))).sum(-1) == pytest.approx(torch.zeros(2), abs=1e-5)
+
+
 def test_grpo_normalizes_over_the_batchs_tokens():
     """Two answers, of 1 and 3 tokens, advantages +1 and -1, at ratio 1: the loss is the token mean
     over all 4 tokens, so every token's gradient is ∓1/4 whatever its answer's length."""

@@ -41,14 +41,18 @@ def groups_of(store: Store, st: RoundState) -> list[tuple[RolloutGroup, Turn]]:
 
 
 def group_samples(groups: list[tuple[RolloutGroup, Turn]], template, encode, limit: int,
-                  spread: bool = False) -> list[Sample]:
+                  spread: bool = False, length_neutral: bool = False) -> list[Sample]:
     """One sample per answer: the turn's prompt, the answer's tokens, and as its reward the
     answer's group advantage (`group_advantages`: reward minus the group's mean; with `spread`,
-    in units of half the group's spread). No hint: GRPO has no teacher. The engine's logprobs of a
-    sampled answer weigh it as a served turn's do."""
+    in units of half the group's spread; with `length_neutral`, a sampled group's advantages less
+    what its answers' lengths explain: a hindsight pair has two answers, which length would
+    explain entirely). No hint: GRPO has no teacher. The engine's logprobs of a sampled answer
+    weigh it as a served turn's do."""
     out = []
     for g, turn in groups:
-        adv = group_advantages(torch.tensor([g.rewards]), spread)[0].tolist()  # (K,)
+        lengths = torch.tensor([[len(r.completion_ids) for r in g.rollouts]]) \
+            if length_neutral and g.source == "sampled" and len(g.rollouts) >= 3 else None
+        adv = group_advantages(torch.tensor([g.rewards]), spread, lengths)[0].tolist()  # (K,)
         for r, a in zip(g.rollouts, adv):
             answer = replace(turn, completion_ids=r.completion_ids, logprobs=r.logprobs, adapter_version=g.adapter_version)
             out.append(build(answer, a, None, template, encode, limit))

@@ -51,7 +51,7 @@ log = logging.getLogger("clawd.train")
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
          "grpo_epochs", "opd_topk", "train_anchor_coef", "train_turn_baseline", "opd_contrast",
-         "grpo_spread_norm")
+         "grpo_spread_norm", "grpo_length_neutral")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
@@ -224,7 +224,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     if k.train_turn_baseline:
         samples, baseline = centered(samples)
     n_turns = len(samples)  # then each group's answers, each with its group advantage as the reward
-    samples += group_samples(groups, template, backend.encode, limit, k.grpo_spread_norm)
+    samples += group_samples(groups, template, backend.encode, limit, k.grpo_spread_norm, k.grpo_length_neutral)
     n_trained = len(samples)  # then the anchors: the base's own answers, kept (anchors.py)
     w_rl, w_opd = (a * b for a, b in zip(WEIGHTS[k.train_method], (k.w_rl, k.w_opd)))
     kl_coef, anchor_coef = k.train_kl_coef, k.train_anchor_coef

@@ -116,7 +116,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, teacher_logp: torch.
     return per_sample.mean()
 
 
-def group_advantages(rewards: torch.Tensor, spread: bool = False) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, spread: bool = False, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """GRPO's advantage: each answer's reward minus its group's mean. Shapes: (G, K) → (G, K), for G
     prompts with K sampled answers each.
 
@@ -133,8 +133,20 @@ def group_advantages(rewards: torch.Tensor, spread: bool = False) -> torch.Tenso
     factor is at most 8. Why it matters: a round's turns and groups share AdamW, whose step divides
     by the running RMS of all gradients; groups scored 0.53 / 0.33 / 0.29 / 0.25 (advantages +0.18
     to −0.10) beside turns at ±1 moved, by the ratio of their advantages, a fifth to a seventh of a
-    turn's step (an estimate, not a measured step). A group all alike stays 0."""
+    turn's step (an estimate, not a measured step). A group all alike stays 0.
+
+    With `lengths` (G, K), the answers' token counts (`grpo_length_neutral`), what length explains
+    of the advantages within each group, linearly, is taken out first: A − β·(L − mean L), β the
+    slope of A on L in the group. A round then teaches what its favoured answers have beyond their
+    length. Why: on no_lists the scorer favoured the shorter answer in every pair it decided, so its
+    right rankings taught "shorter" (95 → 69 words, wrong content 0.25 → 0.39). The spread's factor
+    stays the rewards' own, so a group that differed only in length keeps advantages near 0 instead
+    of having its remainder blown up. Needs K ≥ 3: with two answers length explains everything."""
     adv = rewards - rewards.mean(dim=-1, keepdim=True)  # (G, K)
+    if lengths is not None:
+        x = lengths.to(adv.dtype) - lengths.to(adv.dtype).mean(dim=-1, keepdim=True)  # (G, K)
+        beta = (adv * x).sum(dim=-1, keepdim=True) / (x * x).sum(dim=-1, keepdim=True).clamp(min=1e-12)  # (G, 1)
+        adv = adv - beta * x
     if spread:
         width = rewards.max(dim=-1, keepdim=True).values - rewards.min(dim=-1, keepdim=True).values  # (G, 1)
         adv = torch.where(width > 0, 2 * adv / width.clamp(min=1e-12), torch.zeros_like(adv))
