@@ -215,8 +215,9 @@ class Settings(BaseSettings):
                                       "answers' lengths explain (loss.group_advantages), so a round teaches what the "
                                       "favoured answers have beyond being shorter: on no_lists the scorer favoured the "
                                       "shorter answer in every pair it decided, and the rounds taught 'shorter' and lost "
-                                      "facts. A user who wants only shorter answers is then not learned from groups. Not "
-                                      "yet measured on the learning bench, so off by default.")
+                                      "facts. A user who wants only shorter answers is then not learned from groups. On "
+                                      "no_lists it kept answers longer but taught almost no form (+0.02 against +0.10, one "
+                                      "seed; docs/learning.md, stop 48), so off by default.")
     grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group.")
     grpo_budget_s: float = Field(600.0, gt=0, description="Idle seconds one rollout job may sample before it yields to "
                                  "the scheduler's other work.")
