@@ -214,7 +214,7 @@ class Settings(BaseSettings):
     grpo_length_neutral: bool = Field(False, description="Take out of each sampled group's advantages what its "
                                       "answers' lengths explain (loss.group_advantages), so a round teaches what the "
                                       "favoured answers have beyond being shorter: on no_lists the scorer favoured the "
-                                      "shorter answer in every pair it decided, and the rounds taught 'shorter' and lost "
+                                      "shorter answer in 93-100% of the pairs it decided, and the rounds taught 'shorter' and lost "
                                       "facts. A user who wants only shorter answers is then not learned from groups. On "
                                       "no_lists it kept answers longer but taught almost no form (+0.02 against +0.10, one "
                                       "seed; docs/learning.md, stop 48), so off by default.")

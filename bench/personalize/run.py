@@ -413,14 +413,14 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
             for r2, _, w2 in g["answers"][i + 1:]:
                 if abs(r1 - r2) >= at:
                     favoured.append(np.sign(w2 - w1) if r1 > r2 else np.sign(w1 - w2))
-    shorter = np.array(favoured)
-    return {"groups": len(groups), "margin": margin, "pairs": len(gaps),
-            "auc": float(((gaps > 0) + 0.5 * (gaps == 0)).mean()) if len(gaps) else None,
+
+    def right_way(d: np.ndarray) -> float | None:  # share of pairs ranked the right way (d > 0), ties half
+        return float(((d > 0) + 0.5 * (d == 0)).mean()) if len(d) else None
+
+    return {"groups": len(groups), "margin": margin, "pairs": len(gaps), "auc": right_way(gaps),
             "decided": float((np.abs(gaps) >= at).mean()) if len(gaps) else None,
             "wrong_sign": float((gaps <= -at).mean()) if len(gaps) else None,
-            "length_auc": float(((pass_shorter > 0) + 0.5 * (pass_shorter == 0)).mean()) if len(gaps) else None,
-            "shorter_first": float(((shorter > 0) + 0.5 * (shorter == 0)).mean()) if len(shorter) else None,
-            "by_group": groups}
+            "length_auc": right_way(pass_shorter), "shorter_first": right_way(np.array(favoured)), "by_group": groups}
 
 
 # -- re-grading ---------------------------------------------------------------------------------
