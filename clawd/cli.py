@@ -264,8 +264,12 @@ def _asked_daemon(settings: Settings, job: str, own_settings: bool) -> bool:
         sys.exit(str(e))
     if out is None:  # it stopped meanwhile
         return False
-    what = (f"a round on the {out.ready} turns ready (of {out.batch} a round)" if job == "train"
-            else f"its backlog of {out.backlog} turn(s)")
+    if job == "judge":
+        what = f"its backlog of {out.backlog} turn(s)"
+    elif out.batch:
+        what = f"a round on the {out.ready} turns ready (of {out.batch} a round) and {out.groups} scored groups"
+    else:  # grpo: only groups train
+        what = f"a round on the {out.groups} scored groups ready"
     print(f"asked the daemon at {client.url} to {job} {what} as soon as no request is in flight "
           f"(now: {out.doing}); `clawd status` shows progress")
     return True
@@ -375,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_merge)
     p = sub.add_parser("train", help="run one training round now, in the foreground")
     p.add_argument("--once", action="store_true", help="one round from the judged turns not yet trained on")
-    p.add_argument("--method", dest="round_method", choices=["rl", "opd", "combined"],
+    p.add_argument("--method", dest="round_method", choices=["grpo", "rl", "opd", "combined"],
                    help="what to learn from (default: train_method)")
     _offline_flag(p)
     p.add_argument("--batch", dest="round_batch", type=int, help="turns in the round (default: train_batch)")

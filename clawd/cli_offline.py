@@ -34,8 +34,9 @@ def train_here(settings: Settings) -> None:
         except TrainError as e:
             sys.exit(str(e))
     if result is None:
-        sys.exit(f"nothing to train: no judged main turns with a {settings.train_method} signal that a finished run "
-                 "has not used (`clawd status` shows how many are judged)")
+        what = "no scored GRPO groups (the daemon samples them in idle time)" if settings.train_method == "grpo" else \
+            f"no judged main turns with a {settings.train_method} signal that a finished run has not used, nor scored GRPO groups"
+        sys.exit(f"nothing to train: {what} (`clawd status` shows how many are judged and sampled)")
     m = result.metrics
     turns = m['samples'] - m['group_answers']
     reward = f", mean reward {m['mean_reward']:+.2f}" if m['mean_reward'] is not None else ""

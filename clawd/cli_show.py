@@ -48,7 +48,9 @@ def training_line(tr: TrainingStatus, grpo: dict | None) -> str:
     counting toward the same round (scheduler: ready/train_batch + groups/grpo_groups >= 1)."""
     last = tr.last
     done = f"last round {last.event} {ago(time.time() - (last.at or time.time()))} ago; " if last else "no round yet; "
-    if grpo and grpo["k"] >= 2:
+    if grpo and grpo["k"] >= 2 and not tr.batch:  # grpo: judged turns are evidence, groups train
+        need = f"{grpo['ready']}/{grpo['wanted']} groups are ready"
+    elif grpo and grpo["k"] >= 2:
         need = f"{tr.ready}/{tr.batch} turns + {grpo['ready']}/{grpo['wanted']} groups make a whole round"
     else:
         need = f"{tr.ready}/{tr.batch} turns are ready"

@@ -23,7 +23,7 @@ from .serve.app import create_app
 from .serve.chat import ChatService
 from .store.answers import LiveAdapter, ModelStatus, Status, TrainingStatus
 from .store.store import StorageError, Store
-from .train import Trainer, ready_turns
+from .train import Trainer, ready_turns, trains_turns
 from .train.memory import llama_serving
 
 log = logging.getLogger("clawd")
@@ -83,6 +83,11 @@ class Daemon:
         ))
         self.chat.on_admit = self.scheduler.pause_training
         self.started = time.time()
+
+    def round_batch(self) -> int:
+        """Judged turns a round waits for; 0 when the method trains none (grpo: only groups do)."""
+        k = self.settings
+        return k.train_batch if trains_turns(k.train_method, k.w_rl, k.w_opd) else 0
 
     def ready_to_train(self) -> int:
         k = self.settings
@@ -145,7 +150,7 @@ class Daemon:
             in_flight=self.chat.in_flight,
             training=TrainingStatus(
                 last=st.last_train, progress=st.train_progress, last_publish=st.last_publish,
-                batch=self.settings.train_batch, ready=self.ready_to_train(),
+                batch=self.round_batch(), ready=self.ready_to_train(),
                 backend=self._trained_by(), backend_setting=self.settings.train_backend,
                 auto=self.settings.auto_learn, idle_seconds=self.settings.idle_seconds,
                 paused=self.store.learning_paused()),

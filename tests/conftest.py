@@ -27,6 +27,10 @@ os.environ["CLAWD_MODEL"] = MODEL
 # shipped cases (~10 minutes of background CPU on SmolLM2), beside the test that happened to leave a
 # correction. tests/test_grpo.py runs the sampling, the scorer and the rounds on the real engine.
 os.environ["CLAWD_GRPO_K"] = "0"
+# ... so they train on the judged turns themselves, which the default (grpo) treats as evidence only:
+# the rounds, gate and swap tests need a round from a handful of turns. The grpo default's own path,
+# the groups alone, is tests/test_grpo.py's.
+os.environ["CLAWD_TRAIN_METHOD"] = "combined"
 
 
 @lru_cache(maxsize=1)

@@ -346,7 +346,8 @@ def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, b
                                                          for a, r in zip(answers, rewards)], scorer=scorer)
 
     store.add_group(answer_group([0.9, 0.1, 0.8, 0.2], "untrusted"))
-    s = settings(home, lr=5e-4, train_minibatch=4, grpo_epochs=2, grpo_k=4)  # conftest turns GRPO off for daemons
+    # the default method (conftest sets combined and turns GRPO off for daemons): only groups train
+    s = settings(home, lr=5e-4, train_method="grpo", grpo_k=4)
     assert run_round(s, store=store, backend=backend) is None  # nothing a trusted scorer scored
 
     gid = store.add_group(answer_group([0.9, 0.1, 0.8, 0.2], "trusted"))
@@ -355,12 +356,14 @@ def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, b
     result = run_round(s, store=store, backend=backend)
     m = result.metrics
     assert m["groups"] == 1 and m["group_answers"] == 4 and m["samples"] == 4 and m["steps"] == 2
-    assert m["advantage_max_abs"] == pytest.approx(0.4) and m["rewards"] == [] and m["mean_reward"] is None
+    # one group a step, 2 epochs; 0.9 − mean 0.5 = 0.4, in units of half the spread (0.8 / 2): 1.0
+    assert m["advantage_max_abs"] == pytest.approx(1.0) and m["rewards"] == [] and m["mean_reward"] is None
     after = [logprob(backend, x, result.path) for x in as_turns]
     assert after[0] > before[0] and after[2] > before[2], (before, after)  # above the group's mean: up
     assert after[1] < before[1] and after[3] < before[3], (before, after)  # below it: down
     assert [r[0] for r in rows(home, "SELECT group_id FROM group_uses")] == [gid]
-    assert json.loads((result.path / "meta.json").read_text())["settings"]["grpo_epochs"] == 2
+    meta = json.loads((result.path / "meta.json").read_text())
+    assert meta["method"] == "grpo" and meta["settings"]["grpo_epochs"] == 2 and meta["settings"]["grpo_minibatch"] == 1
     assert run_round(s, store=store, backend=backend) is None  # the group is used; the untrusted one never is
     store.close()
 
@@ -413,4 +416,6 @@ def test_status_says_a_round_waits_for_turns_and_groups_together():
     g = {"k": 4, "ready": 1, "wanted": 8}
     assert "next when 6/8 turns + 1/8 groups make a whole round and idle 60s" in training_line(tr, g)
     assert "next when 6/8 turns are ready" in training_line(tr, {**g, "k": 0})
+    grpo_only = TrainingStatus(**{**tr.__dict__, "batch": 0, "ready": 0})  # the grpo method: turns train nothing
+    assert "next when 1/8 groups are ready and idle 60s" in training_line(grpo_only, g)
     assert "groups" not in training_line(tr, None)

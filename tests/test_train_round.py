@@ -22,7 +22,7 @@ from llama_cpp import Llama
 from clawd.config import Settings, bundled_model_path
 from clawd.store.records import Feedback, Judgment, NextState, TrainEvent, Turn
 from clawd.store.store import Store
-from clawd.train import Trainer, ready_turns
+from clawd.train import Trainer, ready_turns, trains_turns
 from clawd.train import samples as S
 from clawd.train.backend import load_backend, sha256_file
 from clawd.train.loop import Control, Stopped, TrainError, run_round
@@ -146,6 +146,8 @@ def test_rl_and_opd_move_the_policy_the_right_way(home, backend, engine):
     assert ready_turns(store, "rl", 16) == [good.id, bad.id] and ready_turns(store, "opd", 16) == [prefer.id]
     # a term weighted 0 reads none: RL weighted 0 leaves the hinted turn to OPD, and nothing to RL alone
     assert ready_turns(store, "combined", 16, w_rl=0) == [prefer.id] and ready_turns(store, "rl", 16, w_rl=0) == []
+    assert ready_turns(store, "grpo", 16) == []  # the default: a judged turn is the scorer's evidence, not a target
+    assert not trains_turns("grpo") and not trains_turns("rl", w_rl=0) and trains_turns("combined", w_rl=0)
     before = {t.id: logprob(backend, t, None) for t in (good, bad, prefer)}
 
     events = []

@@ -250,7 +250,8 @@ async def _ask(daemon: Any, job: str) -> dict[str, Any]:
                                      f"`clawd {job} --once` runs it in its own process.", code="auto_learn_off")
     daemon.scheduler.ask(job)
     return asdict(Asked(job, daemon.scheduler.state.doing, await asyncio.to_thread(daemon.ready_to_train),
-                        daemon.settings.train_batch, await asyncio.to_thread(daemon.judge.backlog_size)))
+                        daemon.round_batch(), await asyncio.to_thread(daemon.judge.backlog_size),
+                        await asyncio.to_thread(daemon.ready_groups)))
 
 
 @router.post("/v1/chat/completions")

@@ -30,7 +30,7 @@ class TrainingStatus:
     last: TrainEvent | None  # how the last round ended (with `at`)
     progress: TrainEvent | None  # the latest event of the round under way (or the last one)
     last_publish: dict[str, Any] | None  # publish's outcome: version, passed, gate; or published False, error
-    batch: int  # judged turns a round waits for
+    batch: int  # judged turns a round waits for (0: the method trains none, only GRPO groups)
     ready: int  # judged turns a round could use now
     backend: str | None  # what trained the last round (None: nothing yet)
     backend_setting: str
@@ -135,8 +135,9 @@ class Asked:
     asked: str  # "train" or "judge"
     doing: str
     ready: int  # judged turns a round could use now
-    batch: int
+    batch: int  # judged turns a round waits for (0: the method trains none, only GRPO groups)
     backlog: int  # turns waiting for the judge
+    groups: int = 0  # scored GRPO groups a round could use now
 
 
 @dataclass

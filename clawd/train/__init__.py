@@ -11,11 +11,11 @@ or both, and GRPO (design §7).
   loop.py     one round: select, score, step, checkpoint, write adapters/NNNN/
   runner.py   that round in a child process the daemon can pause, resume and stop
 
-Imports nothing heavy here: the daemon's scheduler uses `Trainer` and `ready_turns` (how many turns
-wait for training) without loading torch.
+Imports nothing heavy here: the daemon's scheduler uses `Trainer`, `ready_turns` (how many turns
+wait for training) and `trains_turns` without loading torch.
 """
 
 from .runner import Trainer
-from .samples import ready_turns
+from .samples import ready_turns, trains_turns
 
-__all__ = ["Trainer", "ready_turns"]
+__all__ = ["Trainer", "ready_turns", "trains_turns"]

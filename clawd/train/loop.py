@@ -51,7 +51,7 @@ log = logging.getLogger("clawd.train")
 KNOBS = ("train_method", "train_batch", "train_minibatch", "train_epochs", "lr", "lora_r", "lora_alpha",
          "max_train_tokens", "w_rl", "w_opd", "train_tis_cap", "train_kl_coef", "train_base", "train_backend",
          "grpo_epochs", "opd_topk", "train_anchor_coef", "train_turn_baseline", "opd_contrast",
-         "grpo_spread_norm", "grpo_length_neutral")
+         "grpo_spread_norm", "grpo_length_neutral", "grpo_minibatch")
 MAX_GRAD_NORM = 1.0
 Progress = Callable[[TrainEvent], None]
 
@@ -248,7 +248,7 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
         st.old, st.teacher, st.base, st.tis, st.drift, st.teacher_topk = (
             [sc[key] for sc in scores] for key in ("old", "teacher", "base", "tis", "drift", "teacher_topk"))
         st.plan = (minibatches(n_turns, k.train_minibatch, k.train_epochs, seed=st.run_id or 0)
-                   + group_plan([len(g.rollouts) for g, _ in groups], n_turns, k.train_minibatch, k.grpo_epochs,
+                   + group_plan([len(g.rollouts) for g, _ in groups], n_turns, k.grpo_minibatch, k.grpo_epochs,
                                  seed=st.run_id or 0))
         for j, a in enumerate(range(n_trained, len(samples))):  # the anchors, spread over the round's steps
             st.plan[j % len(st.plan)].append(a)

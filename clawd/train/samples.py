@@ -29,7 +29,7 @@ HINT_MARK = "\n\n[user's hint]\n"
 MIN_PROMPT = 64  # a cut prompt keeps at least this many tokens before the completion
 
 Encode = Callable[[str], list[int]]
-WEIGHTS = {"rl": (1.0, 0.0), "opd": (0.0, 1.0), "combined": (1.0, 1.0)}  # method → factors of (w_rl, w_opd)
+WEIGHTS = {"grpo": (0.0, 0.0), "rl": (1.0, 0.0), "opd": (0.0, 1.0), "combined": (1.0, 1.0)}  # method → factors of (w_rl, w_opd)
 
 
 @dataclass
@@ -210,6 +210,11 @@ def centered(samples: list[Sample]) -> tuple[list[Sample], float]:
         return samples, 0.0
     mean = sum(s.reward for s in samples) / len(samples)
     return [replace(s, reward=s.reward - mean) for s in samples], mean
+
+
+def trains_turns(method: str, w_rl: float = 1.0, w_opd: float = 1.0) -> bool:
+    """Whether judged turns train themselves at these weights, or only GRPO groups do (grpo)."""
+    return any(w * f > 0 for w, f in zip(WEIGHTS[method], (w_rl, w_opd)))
 
 
 def ready_turns(store: Store, method: str, limit: int, w_rl: float = 1.0, w_opd: float = 1.0) -> list[int]:

@@ -148,6 +148,10 @@ function grpoLine(g) {
     } else if (st.doing.startsWith("training")) {
       bar.removeAttribute("value");  // indeterminate: the trainer is loading
       label.textContent = "training: loading the model";
+    } else if (!st.training.batch && st.grpo) {  // grpo: only scored groups start a round
+      bar.max = st.grpo.wanted;
+      bar.value = Math.min(st.grpo.ready, st.grpo.wanted);
+      label.textContent = `next round: ${st.grpo.ready} of ${st.grpo.wanted} scored groups ready`;
     } else {
       bar.max = st.training.batch;
       bar.value = Math.min(st.training.ready, st.training.batch);

@@ -115,7 +115,7 @@ window.clawdCharts = (function () {
     root.appendChild(svg("line", { x1: L - 16, x2: W - R + 16, y1: 28, y2: 28, class: "rail" }));
     if (!n) {
       root.appendChild(svg("text", { x: W / 2, y: 56, class: "empty", "text-anchor": "middle" },
-        "No adapter yet: the base weights answer. Training makes one once enough judged turns are ready."));
+        "No adapter yet: the base weights answer. Training makes one once enough scored groups (or judged turns) are ready."));
     }
     shown.forEach((a, i) => {
       const state = a.current ? "live" : a.status;
