@@ -7,7 +7,7 @@ import pytest
 
 from bench.personalize.measures import interval, measures, paired, share_of_oracle
 from bench.personalize.oracle import oracle_keep, oracle_labels
-from bench.personalize.scenarios import SCENARIOS
+from bench.personalize.scenarios import SCENARIOS, accepts
 
 pytestmark = pytest.mark.fast  # no model, no daemon
 
@@ -37,16 +37,18 @@ def test_the_bootstrap_interval_against_a_hand_computation():
     assert share_of_oracle(0.3, 0.6) == 0.5 and share_of_oracle(0.3, 0.0) is None
 
 
-def test_the_oracle_keeps_exactly_what_the_checker_passes():
+def test_the_oracle_keeps_exactly_what_the_user_accepts():
     sc = SCENARIOS["no_lists"]
     q = "How do I keep houseplants alive?"
     samples = [{"prompt": q, "id": "a", "text": "Water them weekly and give them bright, indirect light."},
                {"prompt": q, "id": "b", "text": "Tips:\n- water weekly\n- light"},
                {"prompt": q, "id": "c", "text": q},  # an echo has no list, and is no answer
                {"prompt": q, "id": "d", "text": ""},
-               {"prompt": q, "id": "e", "text": "Keep the soil moist, not wet, and wipe dust off the leaves."}]
+               {"prompt": q, "id": "e", "text": "Keep the soil moist, not wet, and wipe dust off the leaves."},
+               {"prompt": q, "id": "e2", "text": "With care and attention they stay alive."}]  # prose, saying nothing
     assert [s["id"] for s in oracle_keep(sc, samples)] == ["a", "e"]
-    assert [s["id"] for s in oracle_keep(sc, samples)] == [s["id"] for s in samples if sc.check(q, s["text"])]
+    assert [s["id"] for s in oracle_keep(sc, samples)] == [s["id"] for s in samples if accepts(sc, q, s["text"])]
+    assert sc.check(q, samples[-1]["text"])  # the checker alone would keep the last
     assert [(s["id"], y) for s, y in oracle_labels(sc, samples, pairs=False)] == [("a", 1), ("e", 1)]
 
     # GRPO's labels: each prompt's passing and failing samples paired in order, each prompt's labels

@@ -13,11 +13,14 @@ from bench.personalize.probes import PROBES
 from bench.personalize.prompts import CODING, GENERAL, MEASURE, heldout
 from bench.personalize.scenarios import (
     CONTROL,
+    CONTROL_FACTS,
+    FIGURE_COMPLAINTS,
     GIVE_UP,
     NON_ANSWER_COMPLAINTS,
     SCENARIOS,
     THANKS,
     Known,
+    accepts,
     answer_first,
     at_most_two_sentences,
     content_words,
@@ -35,6 +38,7 @@ from bench.personalize.scenarios import (
     probe_right,
     react,
     right_answer,
+    says_something,
     uses_metric_only,
 )
 
@@ -184,6 +188,34 @@ def test_the_user_complains_about_a_non_answer():
     assert react(sc, q, "Water them weekly and give them bright, indirect light.", 0, first) == (True, None, THANKS[0])
 
 
+def test_the_user_complains_about_an_answer_in_their_form_that_says_nothing():
+    """Prose without one thing a right answer says is not thanked, whatever the preference: the
+    complaint says so, and names no preference (the preference's stays for an answer out of form)."""
+    sc, q, first = SCENARIOS["no_lists"], "How do I keep houseplants alive?", lambda options: options[0]
+    empty = "Houseplants are a joy, and with some care and attention they can stay alive for years."
+    assert sc.check(q, empty) and not says_something(q, empty) and not accepts(sc, q, empty)
+    assert react(sc, q, empty, 0, first) == (False, None, "That doesn't really answer my question.")
+    assert react(sc, q, empty, 1, first)[2] in GIVE_UP
+    assert react(sc, q, "Here:\n- care\n- attention", 0, first) == (False, None, sc.complaints[0])  # out of form
+    assert accepts(sc, q, "Give them bright light and let the soil dry between waterings.")
+    # a measurement's content is its figure: the metric user hears about a wrong one in metres
+    everest, metric = "How tall is Mount Everest?", SCENARIOS["metric"]
+    assert react(metric, everest, "Mount Everest is about 5,000 metres tall.", 0, first)[2] == FIGURE_COMPLAINTS[0]
+    assert react(metric, everest, "Mount Everest is 8,849 metres tall.", 0, first)[2] in THANKS
+    assert says_something("A prompt of no pool?", "Anything.")  # a test's own prompt is not checked
+
+
+def test_every_conversation_prompt_has_what_a_right_answer_says_written_apart():
+    for pool, prompts in (("general", GENERAL), ("coding", CODING)):
+        items = json.loads((ROOT / "bench" / "personalize" / "data" / f"conversation-{pool}.json").read_text())
+        assert [x["q"] for x in items] == prompts and all(x["source"] and len(x["words"]) >= 12 for x in items), pool
+        assert not {x["q"] for x in items} & set(heldout(pool)), pool
+        for x in items:  # no word of the question itself passes: an echo or a restatement says nothing
+            asked = re.findall(r"[a-zà-ÿ]+", x["q"].lower())
+            assert not [w for w in x["words"] if any(a.startswith(w.lower()) for a in asked)], x["q"]
+    assert all(q in CONTROL_FACTS for q in MEASURE)
+
+
 def test_probes():
     assert len(PROBES) >= 48 and len({q for q, _ in PROBES}) == len(PROBES)
     for question, accepted in PROBES:
@@ -238,7 +270,8 @@ def test_the_bench_runs_on_the_daemons_defaults(tmp_path, monkeypatch):
     from bench.personalize.evaluate import LOOP_FLAGS, is_learning, learning_settings
     from clawd.config import Settings
 
-    monkeypatch.delenv("CLAWD_GRPO_K")  # the tests' own (conftest.py); the bench starts its daemons without it
+    monkeypatch.delenv("CLAWD_GRPO_K")  # the tests' own (conftest.py); the bench starts its daemons without them
+    monkeypatch.delenv("CLAWD_TRAIN_METHOD")
 
     defaults = Settings(home=tmp_path).public()
     got = learning_settings(["--home", str(tmp_path), "--train-method", "rl", *LOOP_FLAGS])

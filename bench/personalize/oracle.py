@@ -2,8 +2,8 @@
 
 A fresh daemon (train_method rl, otherwise the run's own settings) answers each conversation prompt
 K times at the simulated user's temperature, every answer a session of its own that ends with it
-(so no judge ever sees it). The scenario's checker picks the answers that meet the preference
-(`oracle_keep`), and each of those gets explicit feedback +1 through POST /v1/feedback, the
+(so no judge ever sees it). The simulated user's verdict picks the answers that meet the preference
+and say something (`oracle_keep`, `scenarios.accepts`), and each of those gets explicit feedback +1 through POST /v1/feedback, the
 user's own channel. Then the daemon does what it always does: it trains a round for every
 train_batch ready turns (a last round takes the rest), gates each adapter and hot-swaps it in. The
 live weights are then scored like any other column.
@@ -39,16 +39,17 @@ from typing import Any
 import httpx
 
 from bench.personalize.evaluate import SAMPLING_TEMPERATURE, Daemon, greedy_answers, since, wait_for_round
-from bench.personalize.scenarios import SYSTEM, Scenario
+from bench.personalize.scenarios import SYSTEM, Scenario, accepts, users_source
 
 
 def oracle_keep(sc: Scenario, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Exactly the samples the scenario's checker passes (each {"prompt", "text", ...}), in order."""
-    return [s for s in samples if sc.check(s["prompt"], s["text"])]
+    """Exactly the samples the simulated user accepts (each {"prompt", "text", ...}), in order: in
+    the scenario's form and saying something (scenarios.accepts)."""
+    return [s for s in samples if accepts(sc, s["prompt"], s["text"])]
 
 
 def oracle_labels(sc: Scenario, samples: list[dict[str, Any]], pairs: bool) -> list[tuple[dict[str, Any], int]]:
-    """(sample, ±1) in sample order: +1 on what the checker passes; with `pairs`, only each prompt's
+    """(sample, ±1) in sample order: +1 on what the user accepts; with `pairs`, only each prompt's
     (pass, fail) pairs, matched in sample order, +1 and -1 (the unmatched rest left out)."""
     kept = {id(s) for s in oracle_keep(sc, samples)}
     if not pairs:
@@ -104,8 +105,8 @@ def run_oracle(sc: Scenario, seed: int, args: argparse.Namespace, pools: list[tu
     home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-oracle-{sc.name}-{seed}-"))
     d = Daemon("rl", args, home).start()
     try:
-        key = json.dumps([d.model_key(), sc.name, sc.prompts, seed, args.oracle_k, args.max_tokens, d.settings, pools]
-                         + (["pairs"] if args.oracle_pairs else []))  # the plain oracle keeps its cached key
+        key = json.dumps([d.model_key(), sc.name, sc.prompts, seed, args.oracle_k, args.max_tokens, d.settings, pools,
+                          users_source()] + (["pairs"] if args.oracle_pairs else []))
         path = cache / f"oracle-{sc.name}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if path.is_file():
             return json.loads(path.read_text()) | {"cached": path.name}

@@ -33,9 +33,21 @@ class Known:
 @cache
 def heldout(pool: str) -> dict[str, Known]:
     """A pool's held-out prompts, each with its known answer, in file order."""
-    items = json.loads((DATA / f"heldout-{pool}.json").read_text())
+    return _known(DATA / f"heldout-{pool}.json")
+
+
+@cache
+def conversation_known(pool: str) -> dict[str, Known]:
+    """What any right answer to a general or coding conversation prompt contains
+    (data/conversation-POOL.json, written apart on 2026-12-05 from the held-out prompts and from any
+    model's answers): the simulated user's own check that an answer says something. The measure
+    pool's are the figures in scenarios.CONTROL_FACTS."""
+    return _known(DATA / f"conversation-{pool}.json")
+
+
+def _known(path: Path) -> dict[str, Known]:
     return {x["q"]: Known(words=tuple(x.get("words", ())), ranges=tuple(tuple(r) for r in x.get("ranges", ())))
-            for x in items}
+            for x in json.loads(path.read_text())}
 
 
 # -- conversation prompts ---------------------------------------------------------------------------

@@ -2,12 +2,12 @@
 show whether what the daemon learned from them carries over.
 
     python -m bench.personalize.run                                   # every scenario and method, bundled SmolLM2
-    clawd bench personalize --scenarios brevity --methods combined --turns 16 --seeds 0,1
+    clawd bench personalize --scenarios brevity --turns 16 --seeds 0,1   # the daemon's own method, grpo
     python -m bench.personalize.run --model "$(bash scripts/qwen-model.sh)" --threads 1 \\
         --scenarios brevity,no_lists --methods rl,opd,combined
     python -m bench.personalize.run --rescore bench/out/personalize-no_lists.json   # re-grade a recorded run
     python -m bench.personalize.run --model "$(bash scripts/qwen-model.sh)" --threads 2 --quick   # one scenario, 15 min
-    python -m bench.personalize.run --scenarios control --seeds 0,1 --methods combined   # the control user
+    python -m bench.personalize.run --scenarios control --seeds 0,1   # the control user
 
 For each scenario, method and seed, a fresh daemon (its own temp home and port) is started with
 that method and otherwise the daemon's own defaults: the bench measures what a user gets, so it does
@@ -16,7 +16,9 @@ try other values; they are recorded with the results). The simulated user asks a
 first checks that the reply answers it at all: a repeated question, an empty reply or an off-topic
 one gets "You just repeated my question." or "That doesn't answer it.". Then it checks the hidden
 rule and replies like a person: a complaint that names what it wants ("too long — keep it to two
-sentences"), then one more try, or thanks. No label reaches the daemon; it judges each answer from
+sentences"), then one more try, or thanks. An answer in its form that says nothing a right answer
+to the question says (none of the prompt's known words, or a wrong figure: scenarios.says_something)
+gets "That doesn't really answer my question." instead of thanks. No label reaches the daemon; it judges each answer from
 that reply, trains when a round's worth of turns is ready, gates and hot-swaps the adapter.
 
 After each published adapter the bench scores the live weights (greedy) on held-out prompts never
@@ -83,9 +85,9 @@ from bench.personalize.report import (
     write_oracle_summaries,
     write_summaries,
 )
-from bench.personalize.scenarios import CONTROL, SCENARIOS, SYSTEM, Scenario, non_answer, react
+from bench.personalize.scenarios import CONTROL, SCENARIOS, SYSTEM, Scenario, accepts, non_answer, react, users_source
 
-METHODS = ("rl", "opd", "combined")
+METHODS = ("grpo", "rl", "opd", "combined")
 COLUMNS = ("base", "told", "oracle", "loop")
 # The default sweep: the first five scenarios, and the candidates whose answers to the conversation
 # prompts leave room and pass often enough when sampled (bench/results/personalize-reach-*.json,
@@ -99,7 +101,7 @@ def main() -> None:
     p.add_argument("--model", help="GGUF to serve and train (default: the daemon's, Qwen2.5-Coder-0.5B once installed)")
     p.add_argument("--scenarios", default=",".join(SWEEP),
                    help=f"comma-separated, of {', '.join(SCENARIOS)}, and control (the user with no hidden preference)")
-    p.add_argument("--methods", default="combined", help=f"comma-separated, of {', '.join(METHODS)}")
+    p.add_argument("--methods", default="grpo", help=f"comma-separated, of {', '.join(METHODS)}")
     p.add_argument("--columns", default=",".join(COLUMNS), help=f"comma-separated, of {', '.join(COLUMNS)}")
     p.add_argument("--seeds", default="0,1", help="comma-separated: each seed is one run per scenario and method "
                    "(its own prompt order and sampled answers), and one oracle")
@@ -225,7 +227,7 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         # picks up where the last one stopped (its summary was written when it finished).
         source = daemon_source()
         key = json.dumps([d.model_key(), sc.name, sc.prompts, method, seed, args.turns, args.max_tokens,
-                          args.score_every_adapter, d.settings, pools, source]
+                          args.score_every_adapter, d.settings, pools, source, users_source()]
                          + ([args.idle_limit] if args.idle_limit is not None else []))
         done = cache / f"loop-{sc.name}-{method}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
         if loop and done.is_file():
@@ -305,7 +307,9 @@ def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namesp
     rng.shuffle(prompts)
     version = None
     asked = 0
-    need = d.status()["training"]["batch"]  # feedback turns to give before the daemon could have a round's worth
+    # feedback turns between idle times: a round's worth, also under grpo, where turns only feed the scorer
+    cadence = int(d.settings["train_batch"])
+    need = cadence
     while len(run["turns"]) < args.turns:
         t_talk, start = time.time(), len(run["turns"])
         while len(run["turns"]) - start < need and len(run["turns"]) < args.turns:
@@ -330,11 +334,12 @@ def converse_and_learn(d: Daemon, sc: Scenario, seed: int, args: argparse.Namesp
         run["rounds"].append(rnd)
         live = (st["adapter"] or {}).get("version")
         # Turns the judge scored 0 (or gave no hint, for opd) carry no signal: talk only as much
-        # more as the next round still lacks.
-        need = max(1, st["training"]["batch"] - st["training"]["ready"])
+        # more as the next round still lacks (grpo: the next round's worth, as the groups need time).
+        tr, grpo = st["training"], st.get("grpo") or {}
+        need = max(1, tr["batch"] - tr["ready"]) if tr["batch"] else cadence
         if live == version:
-            why = (rnd["publish"] or {}).get("error") or (rnd["train"] or {}).get("error") or \
-                f"{st['training']['ready']}/{st['training']['batch']} turns ready to train"
+            ready = f"{tr['ready']}/{tr['batch']} turns" if tr["batch"] else f"{grpo.get('ready')}/{grpo.get('wanted')} groups"
+            why = (rnd["publish"] or {}).get("error") or (rnd["train"] or {}).get("error") or f"{ready} ready to train"
             print(f"  no new adapter after {waited:.0f}s: {why}", flush=True)
             continue
         version = live
@@ -387,7 +392,8 @@ def judge_agreement(d: Daemon, turns: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
-    """GRPO's scorer on the groups the daemon sampled, against the scenario's checker: over every
+    """GRPO's scorer on the groups the daemon sampled, against the simulated user's verdict
+    (scenarios.accepts: the scenario's checker, and saying something): over every
     (passes, fails) pair of answers within a group, the AUC, and at the daemon's margin the shares
     decided and decided the wrong way; each group's (reward, passes, words) kept for a re-grade. The
     checker is asked about the session's first question (a retry's last message is the complaint).
@@ -400,7 +406,7 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
                     " WHERE g.source = 'sampled' AND g.scorer IS NOT NULL ORDER BY g.id"):
         question = next(m["content"] for m in json.loads(g["request"])["messages"] if m["role"] == "user")
         answers = d.rows("SELECT text, reward FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
-        groups.append({"scorer": g["scorer"], "answers": [(a["reward"], sc.check(question, a["text"]), len(a["text"].split()))
+        groups.append({"scorer": g["scorer"], "answers": [(a["reward"], accepts(sc, question, a["text"]), len(a["text"].split()))
                                                           for a in answers]})
     margin = ((d.status().get("grpo") or {}).get("scorer") or {}).get("margin")
     at = max(margin if margin is not None else 0.0, 1e-9)

@@ -17,12 +17,14 @@ ability shows up.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from bench.personalize.prompts import CODING, GENERAL, MEASURE, Known, heldout
+from bench.personalize.prompts import CODING, GENERAL, MEASURE, Known, conversation_known, heldout
 
 SYSTEM = "You are a helpful assistant."
 
@@ -274,6 +276,33 @@ def right_answer(question: str, reply: str) -> bool:
     return answers(question, reply) and (known is None or has_known_answer(reply, known))
 
 
+def says_something(question: str, reply: str) -> bool:
+    """Whether the reply has what any right answer to this conversation prompt contains (one of its
+    words, or for a measurement a right figure): every simulated user asks that too, whatever their
+    preference, as a person would. Until 2026-12-05 they did not, and thanked any answer in their
+    form, however empty; what the loop and the oracle learned from them made held-out answers shorter
+    and emptier (wrong content 0.25 -> 0.42-0.52 in every run that taught a form). A prompt of no
+    pool (a test's own) is not checked."""
+    known = _content(question)
+    return known is None or has_known_answer(reply, known[1])
+
+
+def accepts(sc: Scenario, question: str, reply: str) -> bool:
+    """The simulated user's verdict on an answer to a conversation prompt: in their form, and
+    saying something (what the oracle keeps, and what GRPO's scorer is measured against)."""
+    return sc.check(question, reply) and says_something(question, reply)
+
+
+def _content(question: str) -> tuple[str, Known] | None:
+    """The conversation prompt's pool and what a right answer to it contains."""
+    if question in CONTROL_FACTS:
+        return "measure", CONTROL_FACTS[question]
+    for pool in ("general", "coding"):
+        if question in conversation_known(pool):
+            return pool, conversation_known(pool)[question]
+    return None
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -290,6 +319,12 @@ class Scenario:
 
 
 THANKS = ("Thanks, that's it.", "Perfect, thank you!", "Great, that's exactly what I needed.", "Thanks, that helps.")
+FIGURE_COMPLAINTS = ("That's not right — can you check the figure?", "I don't think that number is correct.",
+                     "Hmm, that figure looks wrong to me.")
+# What a person says to an answer in their form that says nothing they asked about (says_something).
+EMPTY_COMPLAINTS = {"general": ("That doesn't really answer my question.", "That's too vague. What's the actual answer?"),
+                    "coding": ("That doesn't really answer my question.", "That's too vague. What does it actually do?"),
+                    "measure": FIGURE_COMPLAINTS}
 GIVE_UP = ("Still not what I asked for. Never mind.", "That's not it either. Forget it.")
 # What a person says to a reply that does not answer at all, whatever their preference.
 NON_ANSWER_COMPLAINTS = {
@@ -301,15 +336,20 @@ NON_ANSWER_COMPLAINTS = {
 
 def react(sc: Scenario, question: str, reply: str, attempt: int, pick: Callable[[tuple[str, ...]], str]
           ) -> tuple[bool, str | None, str]:
-    """The simulated user's verdict on one reply and what they say next: (met the preference, why it
-    is no answer at all or None, the reply). A second miss ends the conversation; `pick` chooses the
-    wording (a seeded random.choice in the bench)."""
-    ok, why = sc.check(question, reply), non_answer(question, reply)
+    """The simulated user's verdict on one reply and what they say next: (accepted: it met the
+    preference and says something, why it is no answer at all or None, the reply). A second miss
+    ends the conversation; `pick` chooses the wording (a seeded random.choice in the bench). An
+    answer in the user's form that says nothing gets a complaint about that, not the preference's."""
+    form, why = sc.check(question, reply), non_answer(question, reply)
+    ok = accepts(sc, question, reply)
     if ok:
         return ok, why, pick(THANKS)
     if attempt > 0:
         return ok, why, pick(GIVE_UP)
-    return ok, why, pick(NON_ANSWER_COMPLAINTS[why] if why else sc.complaints)
+    if why:
+        return ok, why, pick(NON_ANSWER_COMPLAINTS[why])
+    content = _content(question)
+    return ok, why, pick(EMPTY_COMPLAINTS[content[0]] if form and content else sc.complaints)
 
 
 SCENARIOS = {s.name: s for s in (
@@ -364,9 +404,7 @@ SCENARIOS = {s.name: s for s in (
 
 # The control user: no hidden preference. Any right answer is thanked; only a non-answer or a wrong
 # figure is corrected. Learning from it must leave every scenario's adherence where it was.
-CONTROL = Scenario("control", "none: any right answer", right_answer,
-                   ("That's not right — can you check the figure?", "I don't think that number is correct.",
-                    "Hmm, that figure looks wrong to me."),
+CONTROL = Scenario("control", "none: any right answer", right_answer, FIGURE_COMPLAINTS,
                    "measure", tuple(p for pair in zip(GENERAL, MEASURE) for p in pair) + tuple(GENERAL[len(MEASURE):]))
 
 # -- grading ------------------------------------------------------------------------------------
@@ -386,3 +424,13 @@ def probe_right(question: str, answer: str, accepted: tuple[str, ...]) -> bool:
     in "because"."""
     return answers(question, answer) and any(
         re.search(rf"(?<![\w]){re.escape(a)}(?![\w])", answer.lower()) for a in accepted)
+
+
+def users_source() -> str:
+    """A digest of what the simulated users do (their checkers and replies, and what they know of
+    the conversation prompts' answers): a cached loop run or oracle is reused only by the same users."""
+    here = Path(__file__).resolve().parent  # bench/personalize
+    h = hashlib.sha256()
+    for path in [here / "scenarios.py", here / "prompts.py", *sorted((here / "data").glob("conversation-*.json"))]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,81 @@
+"""The README's "Does it learn?" table, from committed run summaries (bench/results/personalize-*.json).
+
+    python -m bench.personalize.table bench/results/personalize-*-seed*-16turns-*idle-900s.json
+
+One row per loop run given: the scenario's base, the loop, and the scenario's oracle (its paired
+oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, when one is committed), each as
+the form's pass rate (what the preference alone asks) and adherence (form and the known content),
+with the loop's gains' bootstrap 95% intervals, its form gain as a share of the oracle's, the
+wrong-content share, answer length, probes lost (of them, coin tosses: answered by the base by
+under 1 nat) and the degenerate share. Every figure is read from the summaries, none computed here
+but the share of the oracle's gain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+HEADER = ("| scenario | seed | settings off the defaults | form: base → loop (gain [95%]) | oracle's form gain | loop's share | adherence gain [95%] "
+          "| wrong content | words | probes lost (coin tosses) | degenerate |")
+
+
+def off_defaults(settings: dict[str, Any]) -> str:
+    """The run's learning settings that differ from today's defaults ("defaults" when none). Runs from
+    before `grpo` was a method trained the same way as rl with w_rl 0 (turns weighted 0), with
+    train_minibatch groups a step; they are read as grpo with that grpo_minibatch."""
+    from clawd.config import Settings
+
+    fields, st = Settings.model_fields, dict(settings)
+    if st.get("train_method") == "rl" and st.get("w_rl") == 0:
+        st |= {"train_method": "grpo", "w_rl": fields["w_rl"].default}
+        if "grpo_minibatch" not in st:
+            st |= {"grpo_minibatch": st["train_minibatch"], "train_minibatch": fields["train_minibatch"].default}
+    off = [f"{k} {v}" for k, v in st.items() if k in fields and v != fields[k].default]
+    return ", ".join(off) or "defaults"
+
+
+def oracle_of(scenario: str, results: Path = RESULTS) -> dict[str, Any] | None:
+    """The scenario's paired oracle column (seed 0, the last by name), or None."""
+    found = sorted(results.glob(f"personalize-{scenario}-oracle-seed0-pairs-*.json"))
+    return json.loads(found[-1].read_text())["columns"]["oracle"] if found else None
+
+
+def share(gain: float, oracle_gain: float | None) -> str:
+    """The loop's gain as a share of the oracle's; '–' where the oracle gained nothing to share."""
+    return f"{gain / oracle_gain:.0%}" if oracle_gain and oracle_gain > 0 else "–"
+
+
+def row(s: dict[str, Any], oracle: dict[str, Any] | None) -> str:
+    cols = s["columns"][s["scenario"]]
+    base, loop = cols["base"], cols["loop"]
+    g, a = loop["form_gain"], loop["gain"]
+    o_gain = oracle["form_gain"][0] if oracle else None
+    lost, coins = len(loop["probes_lost"]), len(loop.get("lost_coin_tosses", []))
+    return (f"| {s['scenario']} | {s['seed']} | {off_defaults(s['settings'])} | {base['form'][0]:.2f} → {loop['form'][0]:.2f} "
+            f"({g[0]:+.2f} [{g[1]:+.2f}, {g[2]:+.2f}]) | {'–' if o_gain is None else f'{o_gain:+.2f}'} "
+            f"| {share(g[0], o_gain)} | {a[0]:+.2f} [{a[1]:+.2f}, {a[2]:+.2f}] "
+            f"| {base['wrong']:.2f} → {loop['wrong']:.2f} | {base['measures']['words']:.0f} → {loop['measures']['words']:.0f} "
+            f"| {lost} ({coins}) | {loop['degenerate']:.2f} |")
+
+
+def table(paths: list[Path], results: Path = RESULTS) -> str:
+    rows = []
+    for p in sorted(paths):
+        s = json.loads(p.read_text())
+        if "loop" in s.get("columns", {}).get(s.get("scenario"), {}):
+            rows.append(row(s, oracle_of(s["scenario"], results)))
+    return "\n".join([HEADER, "|" + "---|" * HEADER.count(" | ") + "---|", *rows])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("summaries", nargs="+", type=Path, help="loop runs' summaries (bench/results/personalize-*.json)")
+    print(table(p.parse_args().summaries))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The README's learning table (bench/personalize/table.py), from hand-built run summaries."""
+
+import json
+
+import pytest
+
+from bench.personalize.table import off_defaults, table
+
+pytestmark = pytest.mark.fast  # no model, no daemon
+
+
+def column(form, form_gain, adherence_gain, wrong, words, lost=(), coins=(), degenerate=0.0):
+    return {"form": [form, 0, 0], "form_gain": form_gain, "gain": adherence_gain, "wrong": wrong,
+            "measures": {"words": words}, "probes_lost": list(lost), "lost_coin_tosses": list(coins),
+            "degenerate": degenerate}
+
+
+def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
+    from clawd.config import Settings
+
+    defaults = {k: f.default for k, f in Settings.model_fields.items() if k in ("train_method", "lr", "grpo_minibatch")}
+    base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
+    run = {"scenario": "no_lists", "seed": 1, "settings": defaults | {"lr": 5e-4},
+           "columns": {"no_lists": {"base": base, "loop": column(0.8, [0.3, 0.1, 0.5], [0.05, -0.1, 0.2], 0.4, 60.4,
+                                                                   lost=("a", "b"), coins=("b",))}}}
+    oracle = {"columns": {"base": base, "oracle": column(0.9, [0.4, 0.2, 0.6], [0, 0, 0], 0.5, 50)}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    (tmp_path / "personalize-no_lists-oracle-seed0-pairs-lr-5e-4.json").write_text(json.dumps(oracle))
+    no_loop = {"scenario": "no_lists", "seed": 0, "columns": {"no_lists": {"base": base}}}  # an oracle-only run: no row
+    (tmp_path / "other.json").write_text(json.dumps(no_loop))
+
+    lines = table([tmp_path / "run.json", tmp_path / "other.json"], tmp_path).splitlines()
+    assert len(lines) == 3 and lines[1].count("---") == lines[0].count(" | ") + 1
+    assert lines[2] == ("| no_lists | 1 | lr 0.0005 | 0.50 → 0.80 (+0.30 [+0.10, +0.50]) | +0.40 | 75% "
+                        "| +0.05 [-0.10, +0.20] | 0.25 → 0.40 | 95 → 60 | 2 (1) | 0.00 |")
+    (tmp_path / "personalize-no_lists-oracle-seed0-pairs-lr-5e-4.json").unlink()  # no oracle: no share
+    assert "| – | – |" in table([tmp_path / "run.json"], tmp_path)
+
+
+def test_runs_from_before_grpo_was_a_method_read_as_grpo():
+    from clawd.config import Settings
+
+    d = {k: f.default for k, f in Settings.model_fields.items()}
+    assert off_defaults(d) == "defaults"
+    # the groups alone, as they were asked for until grpo was the default, four groups a step
+    old = d | {"train_method": "rl", "w_rl": 0.0, "train_minibatch": 4}
+    del old["grpo_minibatch"]
+    assert off_defaults(old) == "grpo_minibatch 4"
+    assert off_defaults(d | {"train_method": "combined", "grpo_length_neutral": True}) == \
+        "train_method combined, grpo_length_neutral True"
