@@ -37,6 +37,18 @@ def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
     assert "| – | – |" in table([tmp_path / "run.json"], tmp_path)
 
 
+def test_the_control_users_row_names_what_drifted_anywhere(tmp_path):
+    moved, still = column(0.5, [0, 0, 0], [0.3, 0.1, 0.5], 0.25, 60), column(0.5, [0, 0, 0], [0.1, -0.1, 0.3], 0.25, 90)
+    base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
+    run = {"scenario": "control", "seed": 0, "settings": {},
+           "columns": {"brevity": {"base": base, "loop": moved}, "no_lists": {"base": base, "loop": still},
+                       "control": {"base": base, "loop": column(0.9, [0, 0, 0], [0, 0, 0], 0.7, 29, lost=("x",))}}}
+    (tmp_path / "control.json").write_text(json.dumps(run))
+    line = table([tmp_path / "control.json"], tmp_path).splitlines()[2]
+    assert line == ("| control | 0 | defaults | drift outside the interval: brevity +0.30 | – | – | +0.00 [+0.00, +0.00] "
+                    "| 0.25 → 0.70 | 95 → 90 | 1 (0) | 0.00 |")
+
+
 def test_runs_from_before_grpo_was_a_method_read_as_grpo():
     from clawd.config import Settings
 

@@ -7,8 +7,10 @@ oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, when one is co
 the form's pass rate (what the preference alone asks) and adherence (form and the known content),
 with the loop's gains' bootstrap 95% intervals, its form gain as a share of the oracle's, the
 wrong-content share, answer length, probes lost (of them, coin tosses: answered by the base by
-under 1 nat) and the degenerate share. Every figure is read from the summaries, none computed here
-but the share of the oracle's gain.
+under 1 nat) and the degenerate share. The control user (no preference) has no form: its row names
+the scenarios whose adherence moved outside their interval instead, with its own right-figure
+adherence and the length of general answers. Every figure is read from the summaries, none computed
+here but the share of the oracle's gain.
 """
 
 from __future__ import annotations
@@ -49,11 +51,24 @@ def share(gain: float, oracle_gain: float | None) -> str:
     return f"{gain / oracle_gain:.0%}" if oracle_gain and oracle_gain > 0 else "–"
 
 
+def drift(columns: dict[str, Any]) -> str:
+    """The control user's row: the scenarios whose adherence changed outside its 95% interval."""
+    out = [f"{name} {c['loop']['gain'][0]:+.2f}" for name, c in columns.items()
+           if name != "control" and (c["loop"]["gain"][1] > 0 or c["loop"]["gain"][2] < 0)]
+    return "drift outside the interval: " + (", ".join(out) or "none")
+
+
 def row(s: dict[str, Any], oracle: dict[str, Any] | None) -> str:
     cols = s["columns"][s["scenario"]]
     base, loop = cols["base"], cols["loop"]
     g, a = loop["form_gain"], loop["gain"]
     o_gain = oracle["form_gain"][0] if oracle else None
+    if s["scenario"] == "control":  # no preference: what moved anywhere, and answer length on general prompts
+        general = s["columns"].get("no_lists", cols)
+        return (f"| control | {s['seed']} | {off_defaults(s['settings'])} | {drift(s['columns'])} | – | – "
+                f"| {a[0]:+.2f} [{a[1]:+.2f}, {a[2]:+.2f}] | {base['wrong']:.2f} → {loop['wrong']:.2f} "
+                f"| {general['base']['measures']['words']:.0f} → {general['loop']['measures']['words']:.0f} "
+                f"| {len(loop['probes_lost'])} ({len(loop.get('lost_coin_tosses', []))}) | {loop['degenerate']:.2f} |")
     lost, coins = len(loop["probes_lost"]), len(loop.get("lost_coin_tosses", []))
     return (f"| {s['scenario']} | {s['seed']} | {off_defaults(s['settings'])} | {base['form'][0]:.2f} → {loop['form'][0]:.2f} "
             f"({g[0]:+.2f} [{g[1]:+.2f}, {g[2]:+.2f}]) | {'–' if o_gain is None else f'{o_gain:+.2f}'} "
