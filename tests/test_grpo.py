@@ -14,7 +14,7 @@ import pytest
 from test_train_round import MODEL, add_turn, backend, base, engine, home, logprob, rows, settings  # noqa: F401, F811 (fixtures)
 
 from clawd.config import Settings
-from clawd.judge.rollouts import Rollouts
+from clawd.judge.rollouts import Rollouts, answer_seed
 from clawd.judge.scorer import (
     HISTORY,
     MIN_EACH,
@@ -62,6 +62,20 @@ def group(t: Turn, rewards: list[float], scorer: str = "trusted", version: int |
 
 
 # -- the store --------------------------------------------------------------------------------------
+
+@fast
+def test_a_groups_sampling_seeds_are_the_same_in_every_process():
+    """Same bench seed, same groups: the base weights' (version None) seeds once hashed None, an
+    address that differs from process to process."""
+    import subprocess
+    import sys
+
+    code = "from clawd.judge.rollouts import answer_seed as s; print([s(7, None, i) for i in range(4)], s(7, 2, 0))"
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)}
+    assert len(runs) == 1 and runs == {f"{[answer_seed(7, None, i) for i in range(4)]} {answer_seed(7, 2, 0)}\n"}
+    assert len({answer_seed(7, v, i) for v in (None, 1, 2) for i in range(4)}) == 12  # all different
+
 @fast
 def test_groups_round_trip_and_only_trusted_on_policy_unused_decided_groups_are_ready(tmp_path):
     store = Store(tmp_path / "clawd.db")

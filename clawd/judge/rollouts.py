@@ -45,6 +45,14 @@ MAX_CONTEXT = 8192
 REPLAYS = 2
 
 
+def answer_seed(turn_id: int, version: int | None, i: int) -> int:
+    """The sampling seed of the i-th answer of a turn's group under an adapter (None: the base
+    weights): the same in every process, so a bench run with the same seed samples the same groups.
+    (Until 2026-12-05 it hashed `version` itself, and hash(None) is an address in Python 3.11: the
+    base weights' groups changed from run to run.)"""
+    return hash((turn_id, -1 if version is None else version, i)) & 0xFFFFFFFF
+
+
 class Rollouts:
     def __init__(self, engine: Engine, store: Store, settings: Settings, scorer: Scorer):
         self.engine, self.store, self.settings, self.scorer = engine, store, settings, scorer
@@ -156,7 +164,7 @@ class Rollouts:
             for i in range(k.grpo_k):
                 lps: list[float] = []
                 ids = bg.generate(turn.prompt_ids, temperature, limit,
-                                  seed=hash((turn.id, version, i)) & 0xFFFFFFFF, cancel=stop, logprobs=lps)
+                                  seed=answer_seed(turn.id, version, i), cancel=stop, logprobs=lps)
                 answers.append(Rollout(ids, self.engine.detokenize(ids), lps))
             swapped = bg.lora_version != version or self.engine.adapter_version != version
         if swapped:  # another adapter went live meanwhile: these answers are nobody's policy now
