@@ -341,7 +341,7 @@ def react(sc: Scenario, question: str, reply: str, attempt: int, pick: Callable[
     ends the conversation; `pick` chooses the wording (a seeded random.choice in the bench). An
     answer in the user's form that says nothing gets a complaint about that, not the preference's."""
     form, why = sc.check(question, reply), non_answer(question, reply)
-    ok = accepts(sc, question, reply)
+    ok = form and says_something(question, reply)  # accepts(), the checker run once
     if ok:
         return ok, why, pick(THANKS)
     if attempt > 0:

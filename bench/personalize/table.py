@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.personalize.measures import share_of_oracle
+
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 HEADER = ("| scenario | seed | settings off the defaults | form: base → loop (gain [95%]) | oracle's form gain | loop's share | adherence gain [95%] "
           "| wrong content | words | probes lost (coin tosses) | degenerate |")
@@ -47,8 +49,9 @@ def oracle_of(scenario: str, results: Path = RESULTS) -> dict[str, Any] | None:
 
 
 def share(gain: float, oracle_gain: float | None) -> str:
-    """The loop's gain as a share of the oracle's; '–' where the oracle gained nothing to share."""
-    return f"{gain / oracle_gain:.0%}" if oracle_gain and oracle_gain > 0 else "–"
+    """The loop's gain as a share of the oracle's (measures.share_of_oracle); '–' without one."""
+    ratio = share_of_oracle(gain, oracle_gain) if oracle_gain is not None else None
+    return "–" if ratio is None else f"{ratio:.0%}"
 
 
 def drift(columns: dict[str, Any]) -> str:
