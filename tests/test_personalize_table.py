@@ -20,7 +20,7 @@ def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
 
     defaults = {k: f.default for k, f in Settings.model_fields.items() if k in ("train_method", "lr", "grpo_minibatch")}
     base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
-    run = {"scenario": "no_lists", "seed": 1, "settings": defaults | {"lr": 5e-4},
+    run = {"scenario": "no_lists", "seed": 1, "feedback_turns": 24, "settings": defaults | {"lr": 5e-4},
            "columns": {"no_lists": {"base": base, "loop": column(0.8, [0.3, 0.1, 0.5], [0.05, -0.1, 0.2], 0.4, 60.4,
                                                                    lost=("a", "b"), coins=("b",))}}}
     oracle = {"columns": {"base": base, "oracle": column(0.9, [0.4, 0.2, 0.6], [0, 0, 0], 0.5, 50)}}
@@ -31,7 +31,7 @@ def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
 
     lines = table([tmp_path / "run.json", tmp_path / "other.json"], tmp_path).splitlines()
     assert len(lines) == 3 and lines[1].count("---") == lines[0].count(" | ") + 1
-    assert lines[2] == ("| no_lists | 1 | lr 0.0005 | 0.50 → 0.80 (+0.30 [+0.10, +0.50]) | +0.40 | 75% "
+    assert lines[2] == ("| no_lists | 1 | 24 | lr 0.0005 | 0.50 → 0.80 (+0.30 [+0.10, +0.50]) | +0.40 | 75% "
                         "| +0.05 [-0.10, +0.20] | 0.25 → 0.40 | 95 → 60 | 2 (1) | 0.00 |")
     (tmp_path / "personalize-no_lists-oracle-seed0-pairs-lr-5e-4.json").unlink()  # no oracle: no share
     assert "| – | – |" in table([tmp_path / "run.json"], tmp_path)
@@ -40,12 +40,12 @@ def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
 def test_the_control_users_row_names_what_drifted_anywhere(tmp_path):
     moved, still = column(0.5, [0, 0, 0], [0.3, 0.1, 0.5], 0.25, 60), column(0.5, [0, 0, 0], [0.1, -0.1, 0.3], 0.25, 90)
     base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
-    run = {"scenario": "control", "seed": 0, "settings": {},
+    run = {"scenario": "control", "seed": 0, "feedback_turns": 16, "settings": {},
            "columns": {"brevity": {"base": base, "loop": moved}, "no_lists": {"base": base, "loop": still},
                        "control": {"base": base, "loop": column(0.9, [0, 0, 0], [0, 0, 0], 0.7, 29, lost=("x",))}}}
     (tmp_path / "control.json").write_text(json.dumps(run))
     line = table([tmp_path / "control.json"], tmp_path).splitlines()[2]
-    assert line == ("| control | 0 | defaults | drift outside the interval: brevity +0.30 | – | – | +0.00 [+0.00, +0.00] "
+    assert line == ("| control | 0 | 16 | defaults | drift outside the interval: brevity +0.30 | – | – | +0.00 [+0.00, +0.00] "
                     "| 0.25 → 0.70 | 95 → 90 | 1 (0) | 0.00 |")
 
 

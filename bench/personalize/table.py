@@ -1,8 +1,8 @@
 """The README's "Does it learn?" table, from committed run summaries (bench/results/personalize-*.json).
 
-    python -m bench.personalize.table bench/results/personalize-*-seed*-16turns-*idle-900s.json
+    python -m bench.personalize.table bench/results/personalize-*-grpo-seed*turns-*idle-900s.json
 
-One row per loop run given: the scenario's base, the loop, and the scenario's oracle (its paired
+One row per loop run given (its seed and feedback turns): the scenario's base, the loop, and the scenario's oracle (its paired
 oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, when one is committed), each as
 the form's pass rate (what the preference alone asks) and adherence (form and the known content),
 with the loop's gains' bootstrap 95% intervals, its form gain as a share of the oracle's, the
@@ -23,7 +23,7 @@ from typing import Any
 from bench.personalize.measures import share_of_oracle
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-HEADER = ("| scenario | seed | settings off the defaults | form: base → loop (gain [95%]) | oracle's form gain | loop's share | adherence gain [95%] "
+HEADER = ("| scenario | seed | turns | settings off the defaults | form: base → loop (gain [95%]) | oracle's form gain | loop's share | adherence gain [95%] "
           "| wrong content | words | probes lost (coin tosses) | degenerate |")
 
 
@@ -68,12 +68,12 @@ def row(s: dict[str, Any], oracle: dict[str, Any] | None) -> str:
     o_gain = oracle["form_gain"][0] if oracle else None
     if s["scenario"] == "control":  # no preference: what moved anywhere, and answer length on general prompts
         general = s["columns"].get("no_lists", cols)
-        return (f"| control | {s['seed']} | {off_defaults(s['settings'])} | {drift(s['columns'])} | – | – "
+        return (f"| control | {s['seed']} | {s['feedback_turns']} | {off_defaults(s['settings'])} | {drift(s['columns'])} | – | – "
                 f"| {a[0]:+.2f} [{a[1]:+.2f}, {a[2]:+.2f}] | {base['wrong']:.2f} → {loop['wrong']:.2f} "
                 f"| {general['base']['measures']['words']:.0f} → {general['loop']['measures']['words']:.0f} "
                 f"| {len(loop['probes_lost'])} ({len(loop.get('lost_coin_tosses', []))}) | {loop['degenerate']:.2f} |")
     lost, coins = len(loop["probes_lost"]), len(loop.get("lost_coin_tosses", []))
-    return (f"| {s['scenario']} | {s['seed']} | {off_defaults(s['settings'])} | {base['form'][0]:.2f} → {loop['form'][0]:.2f} "
+    return (f"| {s['scenario']} | {s['seed']} | {s['feedback_turns']} | {off_defaults(s['settings'])} | {base['form'][0]:.2f} → {loop['form'][0]:.2f} "
             f"({g[0]:+.2f} [{g[1]:+.2f}, {g[2]:+.2f}]) | {'–' if o_gain is None else f'{o_gain:+.2f}'} "
             f"| {share(g[0], o_gain)} | {a[0]:+.2f} [{a[1]:+.2f}, {a[2]:+.2f}] "
             f"| {base['wrong']:.2f} → {loop['wrong']:.2f} | {base['measures']['words']:.0f} → {loop['measures']['words']:.0f} "
