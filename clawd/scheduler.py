@@ -214,8 +214,8 @@ class Scheduler:
     def _groups_exhausted(self, groups: int) -> bool:
         """Half a round of groups, and none left to make: every recorded turn has its group under the
         live adapter (or its replays), so more would wait for the user's next turns, and the idle time
-        in between would go unused. On one_paragraph (seed 1, stop 50) a daemon sat idle for 12 of the
-        user's 15 idle minutes with 7 of 8 groups ready; a round of 7 is as good as one of 8."""
+        in between would go unused. On one_paragraph (seed 1, stop 50) a daemon had 7 of 8 groups ready
+        and none left to make 156 s into the user's 900 idle seconds, and trained nothing."""
         return groups > 0 and 2 * groups >= self.settings.grpo_groups and not self.jobs.rollouts_pending()
 
     def _watch_trainer(self, idle: bool, paused: bool = False) -> None:
