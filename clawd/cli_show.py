@@ -45,12 +45,11 @@ def status(st: Status) -> None:
 
 def training_line(tr: TrainingStatus, grpo: dict | None) -> str:
     """The last round, and what the next one waits for: judged turns, with GRPO's scored groups
-    counting toward the same round (scheduler: ready/train_batch + groups/grpo_groups >= 1), and
-    half a round of groups when none is left to sample (Scheduler._groups_exhausted)."""
+    counting toward the same round (scheduler: ready/train_batch + groups/grpo_groups >= 1)."""
     last = tr.last
     done = f"last round {last.event} {ago(time.time() - (last.at or time.time()))} ago; " if last else "no round yet; "
     if grpo and grpo["k"] >= 2 and not tr.batch:  # grpo: judged turns are evidence, groups train
-        need = f"{grpo['ready']}/{grpo['wanted']} groups are ready ({grpo['wanted'] // 2} once every turn has its group)"
+        need = f"{grpo['ready']}/{grpo['wanted']} groups are ready"
     elif grpo and grpo["k"] >= 2:
         need = f"{tr.ready}/{tr.batch} turns + {grpo['ready']}/{grpo['wanted']} groups make a whole round"
     else:

@@ -213,9 +213,7 @@ class Settings(BaseSettings):
     grpo_k: int = Field(4, ge=0, description="Answers sampled per replayed turn in idle time, compared with each other "
                         "(GRPO); under 2 = no rollouts and no GRPO.")
     grpo_groups: int = Field(8, ge=1, description="Scored groups per training round: this many start one by themselves, "
-                             "fewer together with judged turns (ready/train_batch + groups/grpo_groups >= 1), and half "
-                             "as many once every recorded turn has its group under the live adapter (the rest would "
-                             "wait for the user's next turns).")
+                             "fewer together with judged turns (ready/train_batch + groups/grpo_groups >= 1).")
     grpo_epochs: int = Field(2, ge=1, description="Passes over a round's groups: from the second on the PPO clip acts.")
     # One group a step: with the same compute, one_paragraph form +0.13 at 4 groups a step (4 steps a
     # round) against +0.23 and +0.25 at 1 (16 steps); no_lists +0.08 against +0.10 (docs/learning.md, stop 48).

@@ -188,7 +188,7 @@ class Scheduler:
             return
         self._asked.discard("judge")  # nothing (left) to judge
         ready, groups = self.jobs.ready_to_train(), self.jobs.ready_groups()
-        enough = self._round_ready(ready, groups) or self._groups_exhausted(groups)
+        enough = self._round_ready(ready, groups)
         if may_train and (enough or ("train" in self._asked and ready + groups > 0)):
             self._asked.discard("train")
             self._start_training(f"{ready} turns and {groups} GRPO groups ready" + ("" if enough else ", asked for"))
@@ -210,13 +210,6 @@ class Scheduler:
         Each alone would leave the other's evidence waiting for more turns that may be days away."""
         b, g = self.settings.train_batch, self.settings.grpo_groups
         return ready * g + groups * b >= b * g  # ready/b + groups/g >= 1, in integers
-
-    def _groups_exhausted(self, groups: int) -> bool:
-        """Half a round of groups, and none left to make: every recorded turn has its group under the
-        live adapter (or its replays), so more would wait for the user's next turns, and the idle time
-        in between would go unused. On one_paragraph (seed 1, stop 50) a daemon had 7 of 8 groups ready
-        and none left to make 156 s into the user's 900 idle seconds, and trained nothing."""
-        return groups > 0 and 2 * groups >= self.settings.grpo_groups and not self.jobs.rollouts_pending()
 
     def _watch_trainer(self, idle: bool, paused: bool = False) -> None:
         t = self.trainer

@@ -190,15 +190,3 @@ def test_turns_and_groups_each_short_of_a_round_make_one_together(tmp_path):
     w.to_sample = 1
     assert w.ticks() == "sampling groups" and w.groups == 2
     assert w.ticks() == "training" and w.started == 1  # 6/8 + 2/8
-
-
-def test_half_a_round_of_groups_trains_once_nothing_is_left_to_sample(tmp_path):
-    # every recorded turn has its group under the live adapter: 4 of 8 ready start a round, as more
-    # would wait for the user's next turns; 3 of 8 do not
-    w = World(tmp_path, grpo_groups=8)
-    w.to_sample = 3
-    assert w.ticks() == "sampling groups" and w.groups == 3
-    assert w.ticks() == "idle" and w.started == 0
-    w.to_sample = 1  # the user talked on: one more turn to sample
-    assert w.ticks() == "sampling groups" and w.groups == 4
-    assert w.ticks() == "training" and w.started == 1
