@@ -77,4 +77,3 @@ def served_logprobs(backend, shift: float = 0.0):
             lp = backend.logprobs(turn.prompt_ids + turn.completion_ids, len(turn.prompt_ids))
         return [float(x) + shift for x in lp]
     return record
-

@@ -21,14 +21,12 @@ import json
 import numpy as np
 import pytest
 import torch
-from llama_cpp import Llama
 
 from clawd.config import Settings, bundled_model_path
 from clawd.engine.engine import Engine
 from clawd.engine.sampling import log_softmax
 from clawd.publish.convert import BaseInfo, convert_adapter
 from clawd.store.store import Store
-from clawd.train import samples as S
 from clawd.train.backend import load_backend
 from clawd.train.loop import run_round
 
@@ -41,19 +39,7 @@ ROUND = {"lr": 2e-3, "train_minibatch": 2, "train_epochs": 4, "threads": 1}
 
 
 @pytest.fixture(scope="module")
-def encoder():
-    """The engine's template and tokenization (llama.cpp's vocabulary), as conftest.py's `engine`."""
-    llm = Llama(str(MODEL), vocab_only=True, verbose=False)
-
-    def encode(text: str, bos: bool = True) -> list[int]:
-        ids = llm.tokenize(text.encode(), add_bos=bos, special=bos)
-        return ids[1:] if len(ids) > 1 and ids[0] == ids[1] == llm.token_bos() else ids
-
-    return S.gguf_template(MODEL), encode
-
-
-@pytest.fixture(scope="module")
-def rounds(train_base, encoder, tmp_path_factory):
+def rounds(train_base, engine, tmp_path_factory):
     """One round per backend on the same two judged turns: {kind: (backend, result, turns)}."""
     from rounds import add_turn, judge
 
@@ -66,7 +52,7 @@ def rounds(train_base, encoder, tmp_path_factory):
         settings = Settings(home=home, train_backend=kind, **ROUND)
         backend = load_backend(settings, MODEL, sha)
         store = Store(home / "clawd.db")
-        turns = [add_turn(store, encoder, user, completion) for user, completion, _ in TURNS]
+        turns = [add_turn(store, engine, user, completion) for user, completion, _ in TURNS]
         for t, (_, _, score) in zip(turns, TURNS):
             judge(store, t, score)
         before = [logprob(backend, t) for t in turns]

@@ -2,8 +2,9 @@
 
     python -m bench.personalize.table bench/results/personalize-*-grpo-seed*turns-*idle-900s.json
 
-One row per loop run given (its seed and feedback turns): the scenario's base, the loop, and the scenario's oracle (its paired
-oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, when one is committed), each as
+One row per loop run given (its seed and feedback turns): the scenario's base, the loop, and the
+scenario's oracle (its paired oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, when
+one is committed), each as
 the form's pass rate (what the preference alone asks) and adherence (form and the known content),
 with the loop's gains' bootstrap 95% intervals, its form gain as a share of the oracle's, the
 wrong-content share, answer length, probes lost (of them, coin tosses: answered by the base by
