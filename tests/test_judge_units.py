@@ -212,3 +212,22 @@ def test_the_pairwise_scorer_bench_cancels_position_and_reads_pairs_as_the_daemo
     assert r["all"]["pairs"] == 4 and r["all"]["decided"] == 0.75 and r["all"]["wrong_sign"] == 0.0
     assert r["all"]["auc_any_margin"] == 0.75 and r["mode"] == "trusted"
     assert r["all"]["length_auc"] == 1.0 and r["all"]["lines_auc"] == 0.75  # shorter first; fewer lines (ties half)
+
+
+def test_the_within_question_bench_reads_a_history_as_the_daemon_fits_it():
+    """A retry's question is the complaint before it (the user's last message, as
+    rollouts._user_fit reads it); the evidence is the user's corrections, newest first, distinct."""
+    from bench.judge.within_question import labeled
+
+    turns = [
+        {"prompt": "How long is the Nile?", "attempt": 0, "text": "3,580 miles.", "ok": False, "reaction": "Check the figure."},
+        {"prompt": "How long is the Nile?", "attempt": 1, "text": "About 6,650 km.", "ok": True, "reaction": "Thanks!"},
+        {"prompt": "Why is the sky blue?", "attempt": 0, "text": "It is.", "ok": False, "reaction": "Too vague."},
+        {"prompt": "Why is the sky blue?", "attempt": 1, "text": "Still.", "ok": False, "reaction": "Check the figure."},
+        {"prompt": "What is 2+2?", "attempt": 0, "text": "4", "ok": True, "reaction": "Thanks!"},
+    ]
+    evidence, rows = labeled({"turns": turns})
+    assert evidence == ["Check the figure.", "Too vague."]
+    assert rows == [("How long is the Nile?", "3,580 miles.", False), ("Check the figure.", "About 6,650 km.", True),
+                    ("Why is the sky blue?", "It is.", False), ("Too vague.", "Still.", False),
+                    ("What is 2+2?", "4", True)]

@@ -23,6 +23,14 @@ every group ranked by noise, and some decided by chance. On the shipped cases (b
 the bar passes the metric user on 44% of their cases (their next answers ranked at AUC 0.71 there,
 0.54 where it stops) and the other six users on 75-100%.
 
+**What the bar cannot see**: it ranks judged answers that mostly each have a question of their
+own, and a group is answers to one question. A fit that has learned which questions get rejected
+passes it: replaying the control user's bench conversations (bench/judge/within_question.py), its
+fits passed at AUC 0.78 and 0.92 and ranked answers to one question at 0.50 and 0.57. Taking the
+question's own features out of each answer's did not close it: seed 1's fit still passed (0.90),
+seed 0's fell just under the bar (0.69 of 0.70). Only the size of a round has kept such a fit from
+training (docs/learning.md, stop 51).
+
 How far to trust that method is measured per model file on shipped labeled cases
 (`data/scorer_cases.jsonl`: real sampled answers, each labeled by whether it meets a stated
 preference; bench/judge/scorer_cases.py builds them, split by scenario from the held-out
