@@ -60,3 +60,23 @@ def test_runs_from_before_grpo_was_a_method_read_as_grpo():
     assert off_defaults(old) == "grpo_minibatch 4"
     assert off_defaults(d | {"train_method": "combined", "grpo_length_neutral": True}) == \
         "train_method combined, grpo_length_neutral True"
+
+
+def test_a_run_is_paired_with_the_oracle_of_its_own_users(tmp_path):
+    """Users 2 (who refuse empty answers) since stop 49, when grpo runs began: a summary without
+    the field is read as users 2 if its method is grpo, else as users 1, as every oracle before it."""
+    base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
+    loop = column(0.8, [0.3, 0.1, 0.5], [0, 0, 0], 0.4, 60)
+    old_users = {"scenario": "no_lists", "seed": 0, "feedback_turns": 16, "settings": {}, "method": "combined",
+                 "columns": {"no_lists": {"base": base, "loop": loop}}}
+    new_users = old_users | {"method": "grpo"}
+    (tmp_path / "old.json").write_text(json.dumps(old_users))
+    (tmp_path / "new.json").write_text(json.dumps(new_users))
+    (tmp_path / "personalize-no_lists-oracle-seed0-pairs-a.json").write_text(json.dumps(
+        {"columns": {"oracle": column(0.9, [0.6, 0, 0], [0, 0, 0], 0.5, 50)}}))
+    share = {p: table([tmp_path / p], tmp_path).splitlines()[2].split(" | ")[5:7] for p in ("old.json", "new.json")}
+    assert share == {"old.json": ["+0.60", "50%"], "new.json": ["–", "–"]}
+    (tmp_path / "personalize-no_lists-oracle-seed0-pairs-b.json").write_text(json.dumps(
+        {"users": 2, "columns": {"oracle": column(0.9, [0.4, 0, 0], [0, 0, 0], 0.5, 50)}}))
+    assert table([tmp_path / "new.json"], tmp_path).splitlines()[2].split(" | ")[5:7] == ["+0.40", "75%"]
+    assert table([tmp_path / "old.json"], tmp_path).splitlines()[2].split(" | ")[5:7] == ["+0.60", "50%"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.personalize.evaluate import grade
 from bench.personalize.measures import interval, paired, share_of_oracle
-from bench.personalize.scenarios import CONTROL, SCENARIOS, THANKS, Scenario
+from bench.personalize.scenarios import CONTROL, SCENARIOS, THANKS, USERS, Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
@@ -112,7 +112,7 @@ def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
         blocks[g.name] = cols
     turns = run["turns"]
     return {
-        "scenario": scenario, "preference": sc["preference"], "method": run["method"], "seed": run["seed"],
+        "scenario": scenario, "preference": sc["preference"], "method": run["method"], "seed": run["seed"], "users": USERS,
         "model": served_model(result, run), "settings": run.get("settings"), "loop_flags": result["loop_flags"],
         "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
         "heldout_prompts": sc["heldout"], "probes": sc["probes"], "feedback_turns": last["feedback_turns"],
@@ -143,7 +143,8 @@ def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str
     ref = sc["reference"]
     oracle = ref[f"oracle/{seed}"]
     cols = reference_columns(SCENARIOS[scenario], ref, ref["base"], seed)
-    return {"scenario": scenario, "preference": sc["preference"], "seed": seed, "model": Path(result["config"]["model"]).name,
+    return {"scenario": scenario, "preference": sc["preference"], "seed": seed, "users": USERS,
+            "model": Path(result["config"]["model"]).name,
             "daemon_args": result["config"]["daemon_args"], "threads": result["config"]["threads"],
             "oracle_settings": oracle["settings"], "oracle_k": oracle["k"], "oracle_pass_rate": oracle["pass_rate"],
             # records from before the labels and every round's adapter were kept have neither

@@ -426,6 +426,13 @@ def probe_right(question: str, answer: str, accepted: tuple[str, ...]) -> bool:
         re.search(rf"(?<![\w]){re.escape(a)}(?![\w])", answer.lower()) for a in accepted)
 
 
+# Which simulated users a summary's run talked to, for the README's table to pair each loop run with
+# an oracle of the same users: 1 thanked any answer in their form (until stop 48), 2 also refuse an
+# answer that says nothing (`says_something`, since stop 49). Summaries from before this field:
+# bench/personalize/table.py's `users_of`.
+USERS = 2
+
+
 def users_source() -> str:
     """A digest of what the simulated users do (their checkers and replies, and what they know of
     the conversation prompts' answers): a cached loop run or oracle is reused only by the same users."""

@@ -3,8 +3,8 @@
     python -m bench.personalize.table bench/results/personalize-*-grpo-seed*turns-*idle-900s.json
 
 One row per loop run given (its seed and feedback turns): the scenario's base, the loop, and the
-scenario's oracle (its paired oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, when
-one is committed), each as
+scenario's oracle (its paired oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, of the
+same simulated users, when one is committed), each as
 the form's pass rate (what the preference alone asks) and adherence (form and the known content),
 with the loop's gains' bootstrap 95% intervals, its form gain as a share of the oracle's, the
 wrong-content share, answer length, probes lost (of them, coin tosses: answered by the base by
@@ -43,10 +43,17 @@ def off_defaults(settings: dict[str, Any]) -> str:
     return ", ".join(off) or "defaults"
 
 
-def oracle_of(scenario: str, results: Path = RESULTS) -> dict[str, Any] | None:
-    """The scenario's paired oracle column (seed 0, the last by name), or None."""
-    found = sorted(results.glob(f"personalize-{scenario}-oracle-seed0-pairs-*.json"))
-    return json.loads(found[-1].read_text())["columns"]["oracle"] if found else None
+def users_of(summary: dict[str, Any]) -> int:
+    """Which simulated users the run talked to (scenarios.USERS). Summaries from before the field:
+    loop runs of method grpo came with users 2 (stop 49), every other loop run and oracle had users 1."""
+    return summary.get("users", 2 if summary.get("method") == "grpo" else 1)
+
+
+def oracle_of(scenario: str, users: int, results: Path = RESULTS) -> dict[str, Any] | None:
+    """The scenario's paired oracle column for these users (seed 0, the last by name), or None."""
+    found = [s for p in sorted(results.glob(f"personalize-{scenario}-oracle-seed0-pairs-*.json"))
+             if users_of(s := json.loads(p.read_text())) == users]
+    return found[-1]["columns"]["oracle"] if found else None
 
 
 def share(gain: float, oracle_gain: float | None) -> str:
@@ -86,7 +93,7 @@ def table(paths: list[Path], results: Path = RESULTS) -> str:
     for p in sorted(paths):
         s = json.loads(p.read_text())
         if "loop" in s.get("columns", {}).get(s.get("scenario"), {}):
-            rows.append(row(s, oracle_of(s["scenario"], results)))
+            rows.append(row(s, oracle_of(s["scenario"], users_of(s), results)))
     return "\n".join([HEADER, "|" + "---|" * HEADER.count(" | ") + "---|", *rows])
 
 
