@@ -156,12 +156,14 @@ def oracle_summary(result: dict[str, Any], scenario: str, seed: int) -> dict[str
 
 
 def write_oracle_summaries(result: dict[str, Any]) -> None:
-    """bench/results/personalize-SCENARIO-oracle-seedN[-DAEMON-ARGS].json for every oracle seed run."""
+    """bench/results/personalize-SCENARIO-oracle-seedN[-DAEMON-ARGS][-usersN].json for every oracle seed run."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     tag = args_tag(result)
     for labels in ("pairs", "contrast"):  # --oracle-pairs; --oracle-contrast, its predecessor, in old results
         if result["config"].get(f"oracle_{labels}"):
             tag = "-".join([labels, *filter(None, [tag])])
+    if USERS > 1:  # the oracle of the users before never shares a name with theirs
+        tag = "-".join(filter(None, [tag, f"users{USERS}"]))
     for scenario, sc in result["scenarios"].items():
         for key in sc.get("reference", {}):
             if key.startswith("oracle/") and "base" in sc["reference"]:
