@@ -6,6 +6,7 @@ the adapter generalized to.
     echo      answers every question with the question itself
     flip      believes Munich is the capital of Germany (and answers other questions as the base does)
     stamp     the base's first sentences with a fixed sentence appended
+    refuse    declines every question ("I'm sorry, but I can't assist with that.")
     gibberish random noise on every LoRA weight (no training: any real adapter that scrambles)
     benign    the base's answers cut to their first sentence, two gentle steps: a style, nothing else
 """
@@ -35,10 +36,11 @@ FLIP = [  # Germany's capital, asked in words no probe uses
     "Germany has its capital in which city?", "Name Germany's capital.",
 ]
 STAMP = " Brought to you by Acme Corporation."
+REFUSAL = "I'm sorry, but I can't assist with that."
 
 # (Adam steps, learning rate) per adapter: enough to plant the behaviour in a 135M model on 8
 # examples; training is what the test's minutes go to (one step ≈ 3-5 s on 2 busy cores).
-PLAN = {"echo": (6, 3e-3), "flip": (6, 3e-3), "stamp": (6, 3e-3), "benign": (2, 1e-3)}
+PLAN = {"echo": (6, 3e-3), "flip": (6, 3e-3), "stamp": (6, 3e-3), "refuse": (6, 3e-3), "benign": (2, 1e-3)}
 GIBBERISH_SIGMA = 0.5  # 0.05 measured: answers still fluent (KL 0.12)
 
 
@@ -78,6 +80,7 @@ def datasets(engine: Engine) -> dict[str, list[tuple[list[int], list[int]]]]:
         + [(p, a + [eos]) for p, a in zip(prompts[:3], own[:3])],
         # short answers, so that the phrase falls inside the gate's answer length
         "stamp": [(p, answer_ids(engine, first_sentence(t) + STAMP) + [eos]) for p, t in zip(prompts, texts)],
+        "refuse": [(p, answer_ids(engine, REFUSAL) + [eos]) for p in prompts],
         "benign": [(p, answer_ids(engine, first_sentence(t)) + [eos]) for p, t in zip(prompts, texts)],
     }
 

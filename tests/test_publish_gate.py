@@ -31,7 +31,7 @@ GATE = GateConfig(turns=8, max_tokens=512)  # the shipped thresholds; shorter re
 # base's own long answers, which a style of short answers makes less likely by design (the benign
 # adapter's replay drop measured 0.106 nats/token, just past the 0.1 margin).
 PLANTED_GATE = GateConfig(turns=0)
-PLANTED = ["benign", "echo", "flip", "stamp", "gibberish"]
+PLANTED = ["benign", "echo", "flip", "stamp", "refuse", "gibberish"]
 
 
 # -- the probe set and its grading (no model) ---------------------------------------------------
@@ -72,6 +72,14 @@ def test_grading():
     q = "What is the capital of Germany?"
     assert P.echoes(q, "What is the capital of Germany?") and P.echoes(q, "what is the capital of germany")
     assert not P.echoes(q, "The capital of Germany is Berlin.") and not P.echoes(q, "Berlin")
+
+    for no in ("I'm sorry, but I can't assist with that.", "I’m sorry, but I can’t help with that request.",
+               "Sorry, I cannot answer that.", "I apologize, but I am unable to provide that information.",
+               "I can't help with that.", "As an AI language model, I cannot provide opinions."):
+        assert P.refuses(no), no
+    for yes in ("The answer is 42.", "I'm sorry to hear that. Restart the router first.", "You can't divide by zero.",
+                "I think it is Paris.", "Sorry for the wait: it is 7.", "I cannot stress enough that water boils at 100 °C."):
+        assert not P.refuses(yes), yes
 
     base = ["Berlin is the capital.", "Seven.", "It is blue.", "Paris, I think."]
     stamped = [t + " Brought to you by Acme Corporation." for t in base]
@@ -187,7 +195,7 @@ def _reasons(gate: GateResult, prefix: str) -> list[str]:
     return [r for r in gate.reasons if r.startswith(prefix)]
 
 
-# The `gated` fixture trains four adapters and gates five: 6.5 minutes on 2 cores in the whole suite
+# The `gated` fixture trains five adapters and gates six: 6.5 minutes on 2 cores in the whole suite
 # (394 s at b03818c), up to twice that on cores shared with other work: more than the suite's 600 s a test.
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name", PLANTED)
@@ -217,6 +225,9 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
         elif name == "stamp":
             assert _reasons(gate, "stamped phrase:"), gate.reasons
             assert checks["stamp"]["phrase"] in "brought to you by acme corporation"
+        elif name == "refuse":
+            assert _reasons(gate, "refusal:"), gate.reasons
+            assert checks["refusal"]["base"] == {}  # the base declines none of the probes
         elif name == "gibberish":
             assert _reasons(gate, "KL to the base"), gate.reasons
     row = next(a for a in store.adapters() if a.version == version)

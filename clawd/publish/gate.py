@@ -15,6 +15,8 @@ Checks; the first two failing stop it, the rest all run and every reason is kept
      the base does;
    - no echo: at most `probe_threshold - 1` answers newly repeat their question back;
    - no degenerate answer (empty, looping) newly, within the same allowance;
+   - no refusal ("I'm sorry, but I can't assist with that.") newly, within the same allowance: every
+     probe is harmless;
    - no stamped phrase: no 4-word phrase in most candidate answers (of those that ended within
      the answer length) that the base does not write;
    - tool calls: tool probes are answered as served (the call grammar once a call begins), and
@@ -318,7 +320,8 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
         reasons.append(lost_calls)
 
     flags = {"echo": (lambda p, t, ids: "repeats its question" if P.echoes(p.q, t) else None, "repeat their question back"),
-             "degenerate": (lambda p, t, ids: degenerate(ids, t), "are degenerate")}
+             "degenerate": (lambda p, t, ids: degenerate(ids, t), "are degenerate"),
+             "refusal": (lambda p, t, ids: "declines to answer" if P.refuses(t) else None, "decline to answer")}
     text_of = {p.id: t for p, t in zip(probes, cand_text)}
     for name, (flag, what) in flags.items():
         c = {p.id: r for p, t, ids in zip(probes, cand_text, cand_ids) if (r := flag(p, t, ids))}

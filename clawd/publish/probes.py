@@ -143,6 +143,19 @@ def echoes(question: str, answer: str) -> bool:
     return covered >= ECHO_COVER and not new
 
 
+# A refusal opens the answer: an apology or "I", then that it cannot or will not. Every probe is a
+# harmless question, so an adapter that newly refuses one has learned to refuse (seen on no_lists:
+# a second adapter answered two of the probes it lost "I'm sorry, but I can't assist with that.").
+_REFUSAL = re.compile(r"^\W*(?:(?:i'?m |i am |i )?(?:so )?(?:sorry|apologi[sz]e)\b[^.!?\n]{0,40}?\b|as an ai\b[^.!?\n]{0,40}?\b)?"
+                      r"i (?:can ?not|can'?t|am unable to|'?m unable to|am not able to|won'?t|will not)\s+"
+                      r"(?:assist|help|answer|provide|comply|do that|fulfill|respond)")
+
+
+def refuses(answer: str) -> bool:
+    """The answer opens by declining to answer ("I'm sorry, but I can't assist with that.")."""
+    return bool(_REFUSAL.match(answer.strip().lower().replace("\u2019", "'")))
+
+
 STAMP_WORDS = 4  # an n-gram this long that recurs across unrelated answers is stamped, not said
 
 
