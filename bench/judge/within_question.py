@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.judge.user_fit import MAX_WRONG_SIGN
 from bench.personalize.evaluate import SAMPLING_TEMPERATURE
 from bench.personalize.scenarios import CONTROL, SCENARIOS, SYSTEM, accepts
 from clawd.config import Settings
@@ -97,27 +98,19 @@ def ranked(model: dict[str, list], x: np.ndarray, ok: list[list[bool]], others: 
     """A fit's rewards on the groups' features x (groups·k, d) against the verdicts, pairs within
     groups; `stable_*`: a pair counts as decided only if every fit of `others` (each on 4 of the 5
     folds of the judged answers) orders it as this fit does."""
-    r = predict(model, x)[:, 2]
-    rs = np.array([predict(m, x)[:, 2] for m in others])  # (folds, groups·k)
-    k = len(ok[0])
-    cases = [list(zip(r[i * k:(i + 1) * k].tolist(), g)) for i, g in enumerate(ok)]
+    n_groups, k = len(ok), len(ok[0])
+    r = predict(model, x)[:, 2].reshape(n_groups, k)
+    rs = np.array([predict(m, x)[:, 2] for m in others]).reshape(len(others), n_groups, k)
+    cases = [list(zip(rg.tolist(), g)) for rg, g in zip(r, ok)]
     at = pair_metrics(cases, MARGIN)
-    stable = wrong = n = 0
-    for i, g in enumerate(ok):
-        for a in range(k):
-            for b in range(k):
-                if g[a] and not g[b]:
-                    n += 1
-                    ia, ib = i * k + a, i * k + b
-                    gap = r[ia] - r[ib]
-                    if abs(gap) >= MARGIN and all(np.sign(rs[:, ia] - rs[:, ib]) == np.sign(gap)):
-                        stable += 1
-                        wrong += gap < 0
-    return {"stable_decided": round(stable / max(n, 1), 3), "stable_wrong_sign": round(wrong / max(n, 1), 3),
+    pairs = [(i, a, b) for i, g in enumerate(ok) for a in range(k) for b in range(k) if g[a] and not g[b]]
+    stable = [r[i, a] - r[i, b] for i, a, b in pairs if abs(r[i, a] - r[i, b]) >= MARGIN
+              and all(np.sign(rs[:, i, a] - rs[:, i, b]) == np.sign(r[i, a] - r[i, b]))]
+    return {"stable_decided": round(len(stable) / max(len(pairs), 1), 3),
+            "stable_wrong_sign": round(sum(gap < 0 for gap in stable) / max(len(pairs), 1), 3),
             "auc": round(pair_metrics(cases, 0.0)["auc"], 3), "decided": round(at["decided"], 3),
             "wrong_sign": round(at["wrong_sign"], 3), "pairs": at["pairs"],
-            "reward_sd_within": round(float(np.mean([np.std(r[i * k:(i + 1) * k]) for i in range(len(ok))])), 4),
-            "reward_sd_between": round(float(np.std([np.mean(r[i * k:(i + 1) * k]) for i in range(len(ok))])), 4)}
+            "reward_sd_within": round(float(r.std(1).mean()), 4), "reward_sd_between": round(float(r.mean(1).std()), 4)}
 
 
 def read(scorer: Scorer, engine: Engine, run: dict[str, Any], k: int, max_tokens: int, cache: Path) -> dict[str, Any]:
@@ -184,7 +177,7 @@ def main() -> None:
         p.error("--model is needed")
     settings = Settings(home=Path(tempfile.mkdtemp(prefix="clawd-within-question-")))
     engine = Engine(args.model, n_ctx=4096, threads=args.threads)
-    scorer = Scorer(Judge(engine, None, settings), settings.home / "judge", 0.03)
+    scorer = Scorer(Judge(engine, None, settings), settings.home / "judge", MAX_WRONG_SIGN)
     runs = [study(scorer, engine, r, args.k, args.max_tokens, args.cache) for r in json.loads(HISTORIES.read_text())
             if args.runs in r["run"]]
     path = ROOT / "bench" / "results" / f"scorer-within-question-{args.model.stem}.json"
