@@ -244,7 +244,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--passes", type=int, default=2, help="times the 16 tasks are used, each followed by a wait for the loop")
-    p.add_argument("--method", default="combined", choices=("rl", "opd", "combined"))
+    p.add_argument("--method", default="grpo", choices=("grpo", "rl", "opd", "combined"),
+                   help="the daemon's train_method (default: the daemon's own default)")
     p.add_argument("--daemon-args", default="", help="more `clawd serve` flags, quoted as one string")
     p.add_argument("--round-timeout", type=float, default=4 * 3600,
                    help="seconds a pass waits for the loop; past it the seed is measured with what was published")
