@@ -8,6 +8,7 @@ rounds.py's helpers).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -27,7 +28,7 @@ from clawd.judge.scorer import (
     user_evidence,
     user_rewards,
 )
-from clawd.store.records import Feedback, Judgment, NextState, Rollout, RolloutGroup, Turn
+from clawd.store.records import Feedback, Judgment, NextState, Rollout, RolloutGroup, ToolCall, Turn
 from clawd.store.store import Store
 from clawd.train.batches import group_plan, group_samples
 from clawd.train.loop import run_round
@@ -36,7 +37,7 @@ fast = pytest.mark.fast
 
 
 def turn(store: Store, session: str, user: str, answer: str, next_role: str | None = "user", next_text: str = "",
-         tool_result: str | None = None) -> Turn:
+         tool_result: str | None = None, calls: list[ToolCall] | None = None) -> Turn:
     """A finished main turn with made-up token ids (nothing here runs a model)."""
     sid = store.open_session(session)
     msgs = [{"role": "user", "content": user}]
@@ -47,6 +48,7 @@ def turn(store: Store, session: str, user: str, answer: str, next_role: str | No
              request={"messages": msgs, "temperature": 0.7}, prompt_ids=[1, 2, 3])
     store.insert_turn(t)
     t.completion_ids, t.text, t.status, t.logprobs = [4, 5], answer, "ok", [-0.5, -0.5]
+    t.tool_calls = calls or []
     store.finish_turn(t)
     if next_role is not None:
         store.add_next_state(NextState(t.id, next_role, next_text, [{"role": next_role, "content": next_text}]))
@@ -157,20 +159,22 @@ def test_evidence_is_the_users_own_words_never_a_tools_output(tmp_path):
 
 
 @fast
-def test_the_users_judged_answers_feedback_first_no_tool_calls_nothing_excluded(tmp_path):
+def test_the_users_judged_answers_feedback_first_tool_calls_in_empty_answers_and_exclusions_out(tmp_path):
     store = Store(tmp_path / "clawd.db")
     a = turn(store, "a", "Explain DNS.", "1. Names", next_text="No lists.")
     b = turn(store, "a", "No lists.", "DNS maps names.", next_text="Thanks.")
-    c = turn(store, "a", "Run ls.", "", next_role="tool", next_text="a.txt")  # a tool call alone: no text
+    c = turn(store, "a", "Run ls.", "", next_role="tool", next_text="a.txt",  # a call, judged by its tool's result
+             calls=[ToolCall("c1", "exec", '{"command": "ls"}')])
+    empty = turn(store, "a", "And now?", "", next_text="You said nothing.")  # no text, no call: nothing to rank
     d = turn(store, "b", "Hi", "Hello!", next_text="ok")
     e = turn(store, "private", "A secret?", "No.", next_text="ok")
     undecided = turn(store, "a", "Why?", "Because.", next_text="hm")
-    for t, v in ((a, -1), (b, 1), (c, 1), (d, 1), (e, 1), (undecided, 0)):
+    for t, v in ((a, -1), (b, 1), (c, 1), (empty, -1), (d, 1), (e, 1), (undecided, 0)):
         verdict(store, t, v)
     store.set_feedback(Feedback(d.id, -1, "Too cheerful."))  # explicit feedback over the judge
     store.set_session_excluded(e.session_id, True)
-    assert [(t.id, v) for t, v in store.judged_answers(8)] == [(d.id, -1), (b.id, 1), (a.id, -1)]
-    assert store.judged_counts(8) == (1, 2) and store.judged_counts(2) == (1, 1)
+    assert [(t.id, v) for t, v in store.judged_answers(8)] == [(d.id, -1), (c.id, 1), (b.id, 1), (a.id, -1)]
+    assert store.judged_counts(8) == (2, 2) and store.judged_counts(2) == (1, 1)
 
 
 @fast
@@ -347,6 +351,19 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
+
+
+def test_a_judged_tool_call_reads_as_the_model_wrote_it_as_its_group_does(tmp_path, llama):
+    """The scorer's fit reads a judged call in the form a sampled group's answers have (the model's
+    own tokens), not as the empty text beside the parsed call."""
+    store = Store(tmp_path / "clawd.db")
+    rollouts = Rollouts(llama, store, Settings(home=tmp_path), None)  # type: ignore[arg-type]  # no scorer needed
+    raw = '{"name": "exec", "arguments": {"command": "ls"}}'
+    call = Turn(session_id=store.open_session("s"), index=0, kind="main", completion_id="c1", request={}, prompt_ids=[1],
+                completion_ids=llama.tokenize(raw)[1:], tool_calls=[ToolCall("c1", "exec", '{"command": "ls"}')])
+    said = dataclasses.replace(call, completion_ids=llama.tokenize("Done.")[1:], text="Done.", tool_calls=[])
+    assert rollouts._answer(call) == llama.detokenize(call.completion_ids) and '"command": "ls"' in rollouts._answer(call)
+    assert rollouts._answer(said) == "Done."
 
 
 def test_a_round_trains_on_groups_and_an_untrusted_scorer_trains_nothing(home, backend, engine):

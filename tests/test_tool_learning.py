@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import Daemon
 
-from bench.tools.learn import ASKED, HELD_OUT, THANKS, USE, jail_works, run_task, run_tool, user_reply
+from bench.tools.learn import ASKED, HELD_OUT, THANKS, USE, jail_works, replied, run_task, run_tool, user_reply
 from bench.tools.score import judge_call
 from bench.tools.task_set import TASKS
 
@@ -74,6 +74,17 @@ def test_the_user_says_what_a_user_sees():
     assert user_reply(BY_NAME["read_codeword"], calls("read"), ["The code word is marigold-58."]) == THANKS
 
 
+@pytest.mark.fast
+def test_the_reply_follows_what_the_user_saw_an_empty_answer_too():
+    task = [{"role": "user", "content": "Run it."}, {"role": "assistant", "content": None, "tool_calls": []},
+            {"role": "tool", "content": "ok"}]
+    assert replied(task, "", None, "Thanks.") == [*task, {"role": "assistant", "content": ""},
+                                                  {"role": "user", "content": "Thanks."}]
+    assert replied(task, "Done.", None, "Thanks.")[-2:] == [{"role": "assistant", "content": "Done."},
+                                                            {"role": "user", "content": "Thanks."}]
+    assert replied(task, "", "call cap: 8 model calls", "Thanks.") == [*task, {"role": "user", "content": "Thanks."}]
+
+
 def test_only_tool_results_and_the_users_reply_reach_the_daemon(daemon: Daemon, tmp_path):
     """A used task on the real engine: every message the daemon received is the system prompt, the
     task, the model's own calls and answers, a tool's real result or the user's reply; the check's
@@ -95,3 +106,7 @@ def test_only_tool_results_and_the_users_reply_reach_the_daemon(daemon: Daemon, 
     assert all("83b1f0" not in text for texts in said.values() for text in texts)
     assert not daemon.rows("SELECT 1 FROM turns WHERE request LIKE '%83b1f0%' OR text LIKE '%83b1f0%'") and \
         not daemon.rows("SELECT 1 FROM next_states WHERE content LIKE '%83b1f0%'")
+    # the user's reply reached the daemon as what came after the task's last turn, whatever it ended with
+    last = daemon.rows("SELECT MAX(id) AS id FROM turns WHERE id > ? AND request NOT LIKE ?",
+                       (before, f"%{json.dumps(got['reply'])[1:-1]}%"))[0]["id"]
+    assert [r["content"] for r in daemon.rows("SELECT content FROM next_states WHERE turn_id = ?", (last,))][0].endswith(got["reply"])

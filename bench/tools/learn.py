@@ -142,6 +142,15 @@ def user_reply(task: Task, calls: list[dict], outputs: list[str]) -> str:
     return THANKS
 
 
+def replied(msgs: list[dict[str, Any]], answer: str, capped: str | None, reply: str) -> list[dict[str, Any]]:
+    """The conversation that carries the user's reply, which becomes a next state once it is sent
+    after what the user saw: the answer, even an empty one (this model often ends a task with
+    nothing), or the last tool results when a cap ended the task before any answer. (Until
+    2026-12-06 an empty answer got no reply, so on seed 0's 16 tasks the daemon never heard the user.)"""
+    said = [] if capped else [{"role": "assistant", "content": answer}]
+    return [*msgs, *said, {"role": "user", "content": reply}]
+
+
 # -- one task -----------------------------------------------------------------------------------
 def run_task(api: Any, task: Task, ws: Path, *, seed: int, heldout: bool, jail: bool = True,
              max_calls: int = MAX_CALLS, cap_s: float = CAP_S, max_tokens: int = 256) -> dict[str, Any]:
@@ -179,9 +188,8 @@ def run_task(api: Any, task: Task, ws: Path, *, seed: int, heldout: bool, jail: 
     reply = None
     if not heldout:
         reply = user_reply(task, s["calls"], outputs)
-        if answer.strip():  # the reply becomes the answer's next state once it is sent after it
-            api.chat.completions.create(model="clawd", max_tokens=16, seed=seed + len(records), messages=[
-                *msgs, {"role": "assistant", "content": answer}, {"role": "user", "content": reply}], tools=TOOLS)
+        api.chat.completions.create(model="clawd", max_tokens=16, seed=seed + len(records), tools=TOOLS,
+                                    messages=replied(msgs, answer, capped, reply))
     why = capped or task.check(Outcome(ws, answer, outputs))  # after everything was sent; never sent
     return {"task": task.name, "kind": task.kind, "success": s["tools_ok"] and why is None, "check": why,
             "capped": capped, **s, "reply": reply, "answer": answer[:500], "seconds": round(time.monotonic() - t0, 1)}

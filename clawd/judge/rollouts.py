@@ -180,7 +180,7 @@ class Rollouts:
         if not evidence:
             return None
         key = self._verdicts_key()
-        labeled = [(last_user_text(t), t.text, score > 0) for t, score in self.store.judged_answers(USER_ANSWERS)]
+        labeled = [(last_user_text(t), self._answer(t), score > 0) for t, score in self.store.judged_answers(USER_ANSWERS)]
         self.fit = f = self.scorer.user_fit(evidence, labeled, stop)
         if f.cv_auc is None:
             log.info("GRPO scorer: %d of the user's answers judged; a fit needs more of each kind", len(labeled))
@@ -190,6 +190,12 @@ class Rollouts:
                      "each by a fit on the others; %.2f is needed to beat chance, so no group is sampled or decided "
                      "until their next verdict", f.accepted, f.rejected, f.cv_auc, f.needed_auc)
         return f.model
+
+    def _answer(self, t: Turn) -> str:
+        """A judged answer as the scorer reads it, in the form of a group's sampled answers: the
+        model's own tokens, so a tool call reads as the model wrote it (`<tool_call>` and its JSON),
+        not as the empty text the client got beside the parsed call. A text answer is its text."""
+        return self.engine.detokenize(t.completion_ids) if t.tool_calls else t.text
 
     def _score(self, g: RolloutGroup, evidence: list[str], user: dict[str, list] | None,
                stop: threading.Event | None = None) -> None:

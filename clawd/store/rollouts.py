@@ -20,9 +20,12 @@ from .records import NextState, Rollout, RolloutGroup, Turn
 _TRAINABLE = ("t.kind = 'main' AND t.status = 'ok' AND length(t.completion_ids) > 0"
               " AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1)")
 _EFFECTIVE = "COALESCE(f.score, j.score)"  # explicit feedback over the judge
-# The user's verdicts on answers, newest first (a turn that is only a tool call has no text to rank).
+# The user's verdicts on answers, newest first: text, tool calls or both (a call judged by what its
+# tool returned is a verdict on the model's action, and a group sampled on that turn is calls to rank);
+# an empty answer is not one.
 _JUDGED = (f"FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
-           f" WHERE {_TRAINABLE} AND {_EFFECTIVE} IN (1, -1) AND trim(COALESCE(t.text, '')) != '' ORDER BY t.id DESC")
+           f" WHERE {_TRAINABLE} AND {_EFFECTIVE} IN (1, -1)"
+           f" AND (trim(COALESCE(t.text, '')) != '' OR COALESCE(t.tool_calls, '[]') != '[]') ORDER BY t.id DESC")
 _USED = "SELECT g.group_id FROM group_uses g JOIN train_runs r ON r.id = g.run_id WHERE r.status = 'done'"
 
 
@@ -124,9 +127,9 @@ class RolloutQueries:
         return out
 
     def judged_answers(self, limit: int) -> list[tuple[Turn, int]]:
-        """The user's verdicts on answers, newest first: trainable main turns with text (a tool call
-        alone is not an answer to rank) and an effective score of +1 or -1, each as (turn, score).
-        What GRPO's scorer fits this user's preference on."""
+        """The user's verdicts on answers, newest first: trainable main turns with text or tool calls
+        (not empty) and an effective score of +1 or -1, each as (turn, score). What GRPO's scorer
+        fits this user's preference on."""
         rows = self._read(f"SELECT t.*, {_EFFECTIVE} AS eff {_JUDGED} LIMIT ?", (limit,))
         return [(self._turn(r), int(r["eff"])) for r in rows]
 
