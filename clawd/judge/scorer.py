@@ -10,7 +10,9 @@ layers (as the judge does): one forward pass per answer, the prefix shared.
 
 **The fit is this user's own.** A logistic regression on those features, fitted on the answers the
 user already judged (the judge's verdicts, or their explicit feedback: `Store.judged_answers`),
-turns a new answer's features into P(this user accepts it): the reward. A fit shared by every user,
+turns a new answer's features into P(this user accepts it): the reward. A tool call the judge read
+from what its tool returned is a verdict too, read as the model wrote it (`Rollouts._answer`), as
+a group sampled on that turn is calls to rank; an empty answer is none. A fit shared by every user,
 on shipped cases of other preferences, has to guess the preference from the quoted words alone, and
 on Qwen2.5-Coder-0.5B it ranked no better than answer length (tuning AUC 0.70, length 0.60, fewer
 lines 0.74); fitted on each simulated user's earlier answers it ranks their next ones at 0.82-0.84,
