@@ -193,7 +193,7 @@ class Rollouts:
 
     def _answer(self, t: Turn) -> str:
         """A judged answer as the scorer reads it, in the form of a group's sampled answers: the
-        model's own tokens, so a tool call reads as the model wrote it (`<tool_call>` and its JSON),
+        model's own tokens, so a tool call reads as the model wrote it (Qwen2.5-Coder: the bare JSON),
         not as the empty text the client got beside the parsed call. A text answer is its text."""
         return self.engine.detokenize(t.completion_ids) if t.tool_calls else t.text
 
