@@ -65,3 +65,33 @@ def group_plan(sizes: list[int], offset: int, minibatch: int, epochs: int, seed:
     starts = [offset + sum(sizes[:i]) for i in range(len(sizes))]
     return [[j for g in batch for j in range(starts[g], starts[g] + sizes[g])]
             for batch in minibatches(len(sizes), minibatch, epochs, seed + 1)]
+
+
+def shared_tokens(prompt: int, completions: list[int]) -> int:
+    """What a group's micro-step on its shared prompt reads: the prompt once and every answer
+    padded to the longest, (B, C). The memory plan counts it as one sample of that many tokens."""
+    return prompt + len(completions) * max(completions, default=0)
+
+
+def shared_prompt(answers: list[Sample], limit: int) -> list[int] | None:
+    """The prompt a group's answers can be read on together (`Backend.shared_logprobs`): the same
+    prompt ids for all (none cut differently), at least 2 of them, and the whole micro-step within
+    `limit`, the longest sequence the memory plan allows one micro-step. Else None: each answer is
+    read with its own copy of the prompt."""
+    prompt = answers[0].prompt_ids if answers else []
+    if len(answers) < 2 or len(prompt) < 2 or any(a.prompt_ids != prompt for a in answers[1:]):
+        return None
+    return prompt if shared_tokens(len(prompt), [len(a.completion_ids) for a in answers]) <= limit else None
+
+
+def micro_steps(batch: list[int], shared: dict[int, int]) -> list[list[int]]:
+    """A step's samples as micro-steps: one sample each, except the answers of a group read on its
+    shared prompt (`shared`: first sample → the group's size), which go together. `group_plan`
+    keeps a group's samples whole and in order, so they are consecutive in the batch."""
+    out, i = [], 0
+    while i < len(batch):
+        n = shared.get(batch[i], 1)
+        assert batch[i:i + n] == list(range(batch[i], batch[i] + n)), "a shared group's answers must be consecutive"
+        out.append(batch[i:i + n])
+        i += n
+    return out

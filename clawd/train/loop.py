@@ -10,7 +10,8 @@
      (adapter off, hint in the prompt), log π_base (adapter off) for the KL term, and the
      truncated importance weight of each token against the logprobs the engine recorded
   5. optimizer steps over minibatches (the turns' for train_epochs, then whole groups' for
-     grpo_epochs, so the clip acts), one sample per micro-step, AdamW continuing from the state
+     grpo_epochs, so the clip acts), one sample per micro-step (a group's answers together, on
+     their prompt read once, where the backend can: batches.shared_prompt), AdamW continuing from the state
      the parent adapter's round ended with; a checkpoint after every step in adapters/.staging/,
      so a kill loses at most one step and the next round resumes
   6. write adapters/NNNN/ (peft adapter + meta.json) atomically, then the database rows in one
@@ -41,10 +42,10 @@ from ..store.store import Store
 from . import memory
 from .anchors import anchor_samples
 from .backend import Backend, hf_base, is_oom, load_backend, resolve_kind, sha256_file, train_tokens
-from .batches import GroupError, group_plan, group_samples, groups_of, minibatches
+from .batches import GroupError, group_plan, group_samples, groups_of, micro_steps, minibatches, shared_prompt, shared_tokens
 from .loss import grpo_loss, keep_floor, kl_k3, policy_loss
 from .samples import WEIGHTS, TokenizerMismatch, build, centered, check_tokenizer, gguf_template, ready_turns, turn_signal
-from .scoring import round_metrics, score_sample
+from .scoring import round_metrics, score_group, score_sample
 
 log = logging.getLogger("clawd.train")
 
@@ -176,14 +177,18 @@ def _memory_plan(settings: Settings, store: Store, st: RoundState, backend: Back
         base_dir, loaded = hf_base(settings, model_path, sha), 0
     else:  # a caller's model, already in memory: what it holds is free for this round's purposes
         cuda, kind, base_dir, loaded = backend.device.type == "cuda", backend.name, backend.base_dir, backend.resident_bytes()
+    groups = groups_of(store, st)
     turns = [t for t in (store.turn(i) for i in st.turn_ids) if t is not None] + [
-        replace(t, completion_ids=r.completion_ids) for g, t in groups_of(store, st) for r in g.rollouts]
+        replace(t, completion_ids=r.completion_ids) for g, t in groups for r in g.rollouts]
     limit = st.limit or train_tokens(settings.max_train_tokens, cuda)
-    longest = max((len(t.prompt_ids) + len(t.completion_ids) for t in turns), default=limit)
+    sizes = [(len(t.prompt_ids) + len(t.completion_ids), len(t.completion_ids)) for t in turns]  # (T, C) a micro-step
+    if kind in ("full", "qlora"):  # their groups' answers read together on the prompt (batches.shared_prompt)
+        sizes += [(n, n - len(t.prompt_ids)) for g, t in groups
+                  if (n := shared_tokens(len(t.prompt_ids), [len(r.completion_ids) for r in g.rollouts])) <= limit]
     plan = memory.plan("cuda" if cuda else "cpu", memory.free_memory(cuda) + loaded, serving, memory.Shape.from_dir(base_dir),
-                       four_bit=kind in ("qlora", "unsloth"), r=settings.lora_r, tokens=min(limit, longest),
-                       completion=max((len(t.completion_ids) for t in turns), default=1),
-                       may_shrink=st.run_id is None)
+                       four_bit=kind in ("qlora", "unsloth"), r=settings.lora_r,
+                       tokens=min(limit, max((n for n, _ in sizes), default=limit)),
+                       completion=max((c for _, c in sizes), default=1), may_shrink=st.run_id is None)
     d = plan.as_dict()
     log.info("memory plan (%s, %s): %s. Free %.0f MiB; serving %.0f MiB (%.0f MiB still to come); training %.0f MiB "
              "(base %.0f, LoRA+AdamW %.0f, activations %.0f, logits %.0f) at %d tokens; reserve %.0f MiB", kind, plan.device,
@@ -230,6 +235,9 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     kl_coef, anchor_coef = k.train_kl_coef, k.train_anchor_coef
     if anchor_coef:
         samples += anchor_samples(backend, template, k.home / "train", sha, control.checkpoint)
+    # each group's answers (first sample → size) that one micro-step reads on their shared prompt
+    spans = [(n_turns + sum(len(h.rollouts) for h, _ in groups[:j]), len(g.rollouts)) for j, (g, _) in enumerate(groups)]
+    shared = {a: n for a, n in spans if backend.shares_prompts and shared_prompt(samples[a:a + n], limit) is not None}
 
     if st.old is not None and [len(o) for o in st.old] != [len(s.completion_ids) for s in samples]:
         raise TrainError("the staged round does not match its turns any more; it was discarded, run again")
@@ -243,8 +251,11 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     else:
         backend.reset_lora()
     if not st.scored:  # a fresh round (or one staged before the importance weights were kept)
-        scores = [score_sample(backend, control.checkpoint, s, w_opd > 0 and i < n_turns, kl_coef > 0 or i >= n_trained,
-                               k.train_tis_cap, k.opd_topk) for i, s in enumerate(samples)]
+        scores = []
+        for unit in micro_steps(list(range(len(samples))), shared):
+            scores += score_group(backend, control.checkpoint, [samples[i] for i in unit], kl_coef > 0, k.train_tis_cap) \
+                if len(unit) > 1 else [score_sample(backend, control.checkpoint, samples[unit[0]], w_opd > 0 and unit[0] < n_turns,
+                                                    kl_coef > 0 or unit[0] >= n_trained, k.train_tis_cap, k.opd_topk)]
         st.old, st.teacher, st.base, st.tis, st.drift, st.teacher_topk = (
             [sc[key] for sc in scores] for key in ("old", "teacher", "base", "tis", "drift", "teacher_topk"))
         st.plan = (minibatches(n_turns, k.train_minibatch, k.train_epochs, seed=st.run_id or 0)
@@ -264,41 +275,49 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
                         detail={"samples": len(samples), "tokenizer": match, "max_train_tokens": limit, **backend.describe()}))
 
     dev = backend.device
+    olds, teachers, weights, bases = st.old, st.teacher, st.tis, st.base  # each a (C,) per sample
+
+    def loss_of(i: int, logp: torch.Tensor, topk, batch: list[int]) -> torch.Tensor:
+        """Sample i's share of its step's loss; logp (1, C). A GRPO step's loss is its token mean over
+        all its answers (grpo_loss); a turn's, its mean over the step's turns; an anchor's, over its anchors."""
+        s = samples[i]
+        old, teacher, tis = (x[i].to(dev)[None] for x in (olds, teachers, weights))  # (1, C)
+        base = bases[i].to(dev)[None] if bases[i] is not None else None  # (1, C)
+        if i < n_turns:
+            return policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
+                               w_rl, w_opd, tis, base, kl_coef, topk) / sum(j < n_turns for j in batch)
+        if i >= n_trained:  # an anchor: only the pull back to the base's own answer
+            assert base is not None
+            return anchor_coef * keep_floor(logp, base).mean() / sum(j >= n_trained for j in batch)
+        mask = torch.ones_like(old)
+        return grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) * mask.sum() \
+            / sum(len(samples[j].completion_ids) for j in batch if n_turns <= j < n_trained)
+
     micro: list[float] = []  # seconds per micro-step, this process's share of the round
     for step in range(st.step, len(plan)):
         total, kl = 0.0, 0.0
-        # a GRPO step's loss is its token mean over all its answers (grpo_loss), one answer per micro-step;
-        # a turn's loss is its mean over the step's turns, an anchor's over the step's anchors
-        step_tokens = sum(len(samples[i].completion_ids) for i in plan[step] if n_turns <= i < n_trained)
-        step_turns = sum(i < n_turns for i in plan[step])
-        step_anchors = sum(i >= n_trained for i in plan[step])
-        for i in plan[step]:
+        units = micro_steps(plan[step], shared)
+        for unit in units:
             control.checkpoint()
             t_micro = time.perf_counter()
-            s = samples[i]
-            top = st.teacher_topk[i] if st.teacher_topk else None  # the teacher's (ids, logprobs), each (C, K)
+            s = samples[unit[0]]
+            top = st.teacher_topk[unit[0]] if st.teacher_topk else None  # the teacher's (ids, logprobs), each (C, K)
             topk = None
-            if top is None:
-                logp = backend.logprobs(s.ids, len(s.prompt_ids), temperature=s.temperature)[None]  # (1, C)
+            if len(unit) > 1:  # a group's answers on their prompt, read once: one (1, C) row each
+                logps = [lp[:1] for lp in backend.shared_logprobs(s.prompt_ids, [samples[i].completion_ids for i in unit],
+                                                                  (s.temperature,))]
+            elif top is None:
+                logps = [backend.logprobs(s.ids, len(s.prompt_ids), temperature=s.temperature)[None]]  # (1, C)
             else:
                 logp, at = backend.logprobs_and_at(s.ids, len(s.prompt_ids), s.temperature, top[0])  # (C,), (C, K)
-                logp, topk = logp[None], (at[None], top[1].to(dev)[None])  # (1, C); (1, C, K) twice
-            old, teacher, tis = (x[i].to(dev)[None] for x in (st.old, st.teacher, st.tis))  # (1, C)
-            base = st.base[i].to(dev)[None] if st.base[i] is not None else None  # (1, C)
-            if i < n_turns:
-                loss = policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
-                                   w_rl, w_opd, tis, base, kl_coef, topk) / step_turns
-            elif i >= n_trained:  # an anchor: only the pull back to the base's own answer
-                assert base is not None
-                loss = anchor_coef * keep_floor(logp, base).mean() / step_anchors
-            else:
-                mask = torch.ones_like(old)
-                loss = grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) \
-                    * mask.sum() / step_tokens
+                logps, topk = [logp[None]], (at[None], top[1].to(dev)[None])  # (1, C); (1, C, K) twice
+            loss = torch.stack([loss_of(i, logp, topk, plan[step]) for i, logp in zip(unit, logps)]).sum()
             loss.backward()
             total += float(loss.detach())
-            if base is not None and kl_coef and i < n_trained:
-                kl += float(kl_k3(logp.detach(), base).mean()) / (len(plan[step]) - step_anchors)
+            for i, logp in zip(unit, logps):
+                if bases[i] is not None and kl_coef and i < n_trained:
+                    kl += float(kl_k3(logp.detach(), bases[i].to(dev)[None]).mean()) \
+                        / sum(j < n_trained for j in plan[step])
             micro.append(time.perf_counter() - t_micro)  # what a request arriving now may wait for (issue 6)
         norm = torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
         # A step with no gradient (every advantage 0: a round of equal rewards under the turn
@@ -312,11 +331,11 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
         st.lora, st.optim = backend.lora_state(), opt.state_dict()
         _save_staging(adapters, st)
         progress(TrainEvent("step", run_id=st.run_id, step=step + 1, steps=len(plan), loss=total,
-                            detail={"micro_step_s": round(max(micro[-len(plan[step]):]), 3)}))
+                            detail={"micro_step_s": round(max(micro[-len(units):]), 3)}))
 
     seconds = time.perf_counter() - t0
-    metrics = round_metrics(samples, n_turns, n_trained, st, w_opd, kl_coef, seconds, backend, baseline) | {"max_train_tokens": limit,
-                                                                          "memory_plan": mem.as_dict()}
+    metrics = round_metrics(samples, n_turns, n_trained, st, w_opd, kl_coef, seconds, backend, baseline) | {
+        "max_train_tokens": limit, "memory_plan": mem.as_dict(), "shared_prompt_groups": len(shared)}
     if metrics["rollout_drift"] is not None:  # slime logs the same: it catches stale turns and token drift
         log.info("run %d: mean |log π_old − served logprob| %.4f per token, %d of %d turns served by another adapter; "
                  "importance weights mean %.3f, %.1f%% capped at %g", st.run_id, metrics["rollout_drift"],

@@ -61,8 +61,31 @@ def score_sample(backend: Backend, checkpoint: Callable[[], None], s: Sample, te
                 out["teacher"] = out["teacher"] - null + old  # (C,)
     if base:
         out["base"] = _scored(checkpoint, lambda: backend.logprobs(s.ids, n, adapter=False, temperature=s.temperature))
+    return _weighed(out, old_t1, s, cap)
+
+
+@torch.no_grad()
+def score_group(backend: Backend, checkpoint: Callable[[], None], answers: list[Sample], base: bool,
+                cap: float) -> list[dict[str, Any]]:
+    """`score_sample` for the answers of one group, read on their shared prompt (batches.shared_prompt;
+    `Backend.shared_logprobs`): the prompt once per pass instead of once per answer. A group has no
+    teacher (GRPO's answers carry no hint), so teacher = old."""
+    prompt, completions, temperature = answers[0].prompt_ids, [a.completion_ids for a in answers], answers[0].temperature
+    assert all(a.temperature == temperature for a in answers), "a group's answers share their turn's temperature"
+    checkpoint()
+    old = [x.cpu() for x in backend.shared_logprobs(prompt, completions, (temperature, 1.0))]  # each (2, C)
+    if base:
+        checkpoint()
+    based = [x[0].cpu() for x in backend.shared_logprobs(prompt, completions, (temperature,), adapter=False)] \
+        if base else [None] * len(answers)
+    return [_weighed({"old": o[0], "teacher": o[0], "base": b, "tis": torch.ones_like(o[0]), "drift": None,
+                      "teacher_topk": None}, o[1], a, cap) for a, o, b in zip(answers, old, based)]
+
+
+def _weighed(out: dict[str, Any], old_t1: torch.Tensor, s: Sample, cap: float) -> dict[str, Any]:
+    """The scores with the sample's importance weights against the engine's logprobs, where recorded."""
     if s.rollout_logprobs is not None:
-        rollout = torch.tensor(s.rollout_logprobs, dtype=old.dtype)  # (C,)
+        rollout = torch.tensor(s.rollout_logprobs, dtype=old_t1.dtype)  # (C,)
         out["tis"] = tis_weight(old_t1, rollout, cap)
         out["drift"] = (float((old_t1 - rollout).abs().sum()), len(rollout), int((out["tis"] >= cap).sum()))
     return out
