@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -245,7 +246,7 @@ class Backend:
         """Logits of the last `keep` positions, (1, keep, V): never the whole (T, V) matrix. With
         `cache`, `x` continues the KV cache `past` (None: from nothing), and the new cache comes back
         beside the logits; without, no cache is kept (None)."""
-        kw = {"past_key_values": past, "use_cache": True} if cache else {"use_cache": False}
+        kw = {self._cache_arg: past, "use_cache": True} if cache else {"use_cache": False}
         try:
             out = self.model(input_ids=x, logits_to_keep=keep, **kw)
             logits = out.logits
@@ -253,6 +254,13 @@ class Backend:
             out = self.model(input_ids=x, **kw)
             logits = out.logits[:, -keep:]
         return logits, (out.past_key_values if cache else None)
+
+    @functools.cached_property
+    def _cache_arg(self) -> str:
+        """What the model's forward calls its KV cache: `cache` from transformers 5.x (where
+        `past_key_values` is deprecated, to be removed), `past_key_values` before."""
+        forward = self.model.get_base_model().forward if hasattr(self.model, "get_base_model") else self.model.forward
+        return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
     # -- adapter state ----------------------------------------------------------------------
     def lora_state(self) -> dict[str, torch.Tensor]:
