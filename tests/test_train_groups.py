@@ -120,3 +120,18 @@ def test_a_round_on_shared_prompts_trains_what_reading_each_answer_whole_trains(
     assert shared["tis_weight_mean"] == pytest.approx(whole["tis_weight_mean"], rel=1e-4)
     assert after_shared == pytest.approx(after_whole, abs=1e-3)
     assert after_shared[0] != pytest.approx(after_whole[1], abs=1e-3)  # it did train: the answers differ
+
+
+def test_the_probe_at_load_refuses_a_shared_pass_that_loses_its_prompt(backend, monkeypatch):
+    """Without the switch that lets the blocks keep the cache under gradient checkpointing,
+    transformers drops it and each answer is read with no prompt at all: the failure the probe at
+    load is there to catch, on this very transformers."""
+    import contextlib
+
+    import clawd.train.backend as B
+    from clawd.train.prompt_cache import probe_shared_prompts
+
+    assert probe_shared_prompts(backend)
+    monkeypatch.setattr(B, "cache_under_checkpointing", lambda model: contextlib.nullcontext())
+    assert not probe_shared_prompts(backend)
+    assert all(p.grad is None for p in backend.lora)  # the probe leaves no gradient behind

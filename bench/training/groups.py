@@ -33,6 +33,36 @@ ANSWERS = (40, 60, 80, 120)  # K = 4, the daemon's grpo_k
 FIXTURE = ROOT / "tests" / "fixtures" / "openclaw" / "tool_call_request.json"
 
 
+def scoring_shared(backend, prompt: list[int], answers: list[list[int]]) -> None:
+    import torch
+
+    with torch.no_grad():
+        backend.shared_logprobs(prompt, answers, (0.7, 1.0))
+        backend.shared_logprobs(prompt, answers, (0.7,), adapter=False)
+
+
+def scoring_whole(backend, prompt: list[int], answers: list[list[int]]) -> None:
+    import torch
+
+    with torch.no_grad():
+        for a in answers:
+            backend.logprobs_at(prompt + a, len(prompt), (0.7, 1.0))
+            backend.logprobs_at(prompt + a, len(prompt), (0.7,), adapter=False)
+
+
+def step_shared(backend, prompt: list[int], answers: list[list[int]]) -> None:
+    import torch
+
+    torch.stack([x.sum() for x in backend.shared_logprobs(prompt, answers, (0.7,))]).sum().backward()
+    backend.model.zero_grad(set_to_none=True)
+
+
+def step_whole(backend, prompt: list[int], answers: list[list[int]]) -> None:
+    for a in answers:
+        backend.logprobs_at(prompt + a, len(prompt), (0.7,)).sum().backward()
+    backend.model.zero_grad(set_to_none=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="GGUF (default: the bundled SmolLM2)")
@@ -64,33 +94,13 @@ def main() -> None:
         for n in (int(x) for x in args.prompt_tokens.split(",")):
             prompt = (filler + full)[-n:]
 
-            def shared_scoring():
-                with torch.no_grad():
-                    backend.shared_logprobs(prompt, answers, (0.7, 1.0))
-                    backend.shared_logprobs(prompt, answers, (0.7,), adapter=False)
-
-            def whole_scoring():
-                with torch.no_grad():
-                    for a in answers:
-                        backend.logprobs_at(prompt + a, len(prompt), (0.7, 1.0))
-                        backend.logprobs_at(prompt + a, len(prompt), (0.7,), adapter=False)
-
-            def shared_step():
-                torch.stack([x.sum() for x in backend.shared_logprobs(prompt, answers, (0.7,))]).sum().backward()
-                backend.model.zero_grad(set_to_none=True)
-
-            def whole_step():
-                for a in answers:
-                    backend.logprobs_at(prompt + a, len(prompt), (0.7,)).sum().backward()
-                backend.model.zero_grad(set_to_none=True)
-
             row = {"prompt_tokens": n, "answers": list(ANSWERS)}
-            for name, fn in (("scoring_shared", shared_scoring), ("scoring_whole", whole_scoring),
-                             ("step_shared", shared_step), ("step_whole", whole_step)):
+            for name, fn in (("scoring_shared", scoring_shared), ("scoring_whole", scoring_whole),
+                             ("step_shared", step_shared), ("step_whole", step_whole)):
                 times = []
                 for _ in range(args.repeats + 1):  # the first is a warm-up
                     t0 = time.perf_counter()
-                    fn()
+                    fn(backend, prompt, answers)
                     times.append(time.perf_counter() - t0)
                 row[name] = round(statistics.median(times[1:]), 3)
             # a group in a round: one scoring, then grpo_epochs (2) micro-steps
