@@ -36,6 +36,7 @@ def test_which_groups_share_their_prompt_and_how_a_step_splits_by_hand():
     assert shared_prompt(group, limit=12) is None  # the micro-step would be longer than the plan allows
     assert shared_prompt([group[0], answer([1, 2, 3, 9], [5])], limit=100) is None  # cut differently: not one prompt
     assert shared_prompt(group[:1], limit=100) is None  # one answer: nothing to share
+    assert shared_prompt([*group, answer(p, [])], limit=100) is None  # an answer of no token is read as before
     assert shared_prompt([answer([1], [5]), answer([1], [6])], limit=100) is None  # no prompt before the last token
 
     # turns 0-1, a shared group at 2-4, an unshared group at 5-6, an anchor at 7

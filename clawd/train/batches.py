@@ -76,10 +76,10 @@ def shared_tokens(prompt: int, completions: list[int]) -> int:
 def shared_prompt(answers: list[Sample], limit: int) -> list[int] | None:
     """The prompt a group's answers can be read on together (`Backend.shared_logprobs`): the same
     prompt ids for all (none cut differently), at least 2 of them, and the whole micro-step within
-    `limit`, the longest sequence the memory plan allows one micro-step. Else None: each answer is
-    read with its own copy of the prompt."""
+    `limit`, the longest sequence the memory plan allows one micro-step; and no answer without a
+    token. Else None: each answer is read with its own copy of the prompt."""
     prompt = answers[0].prompt_ids if answers else []
-    if len(answers) < 2 or len(prompt) < 2 or any(a.prompt_ids != prompt for a in answers[1:]):
+    if len(answers) < 2 or len(prompt) < 2 or any(a.prompt_ids != prompt or not a.completion_ids for a in answers):
         return None
     return prompt if shared_tokens(len(prompt), [len(a.completion_ids) for a in answers]) <= limit else None
 
