@@ -9,12 +9,9 @@ import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from .backend import Backend
 
 log = logging.getLogger("clawd.train")
 
@@ -70,7 +67,7 @@ def cache_under_checkpointing(model: Any) -> Iterator[None]:
             del m._can_checkpoint_with_cache
 
 
-def probe_shared_prompts(backend: Backend) -> bool:
+def probe_shared_prompts(backend: Any) -> bool:  # a backend.Backend (typed Any: backend.py imports this module)
     """Whether `shared_logprobs` gives what reading each answer whole gives, values and
     gradients, on this model and this transformers: a few tokens forward and back, once at load.
     A version that drops the cache under gradient checkpointing (each answer would see no
