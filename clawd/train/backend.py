@@ -135,12 +135,7 @@ class Backend:
     def logprobs_at(self, ids: list[int], n_prompt: int, temperatures: tuple[float, ...],
                     adapter: bool = True) -> torch.Tensor:
         """`logprobs` at several temperatures from one forward pass. Shape (K, C), K = len(temperatures)."""
-        logits, target = self._completion(ids, n_prompt, adapter)  # (C, V), (C, 1)
-        out = []
-        for t in temperatures:
-            z = logits if t == 1 else logits / t  # (C, V)
-            out.append(z.gather(-1, target).squeeze(-1) - torch.logsumexp(z, -1))  # (C,)
-        return torch.stack(out)  # (K, C)
+        return _tempered(*self._completion(ids, n_prompt, adapter), temperatures)  # (K, C)
 
     @torch.no_grad()
     def teacher_topk(self, ids: list[int], n_prompt: int, k: int, temperature: float) -> tuple[torch.Tensor, ...]:
@@ -195,12 +190,8 @@ class Backend:
         if logits.shape[:2] != (len(completions), longest):
             raise RuntimeError(f"{self.name}: the model returned logits of shape {tuple(logits.shape)} "
                                f"for {len(completions)} answers of {longest} tokens")
-        out = []
-        for row, c in zip(logits, completions):
-            z1, target = row[:len(c)].float(), torch.tensor(c, device=self.device)[:, None]  # (C, V), (C, 1)
-            out.append(torch.stack([(z := z1 if t == 1 else z1 / t).gather(-1, target).squeeze(-1) - torch.logsumexp(z, -1)
-                                    for t in temperatures]))  # (len(temperatures), C)
-        return out
+        return [_tempered(row[:len(c)].float(), torch.tensor(c, device=self.device)[:, None], temperatures)
+                for row, c in zip(logits, completions)]  # each (len(temperatures), C)
 
     def _completion(self, ids: list[int], n_prompt: int, adapter: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits predicting each completion token, (C, V) float32, and those tokens (C, 1)."""
@@ -277,6 +268,15 @@ class Backend:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated() / 2**20
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _tempered(logits: torch.Tensor, target: torch.Tensor, temperatures: tuple[float, ...]) -> torch.Tensor:
+    """log softmax(z / T)[target] at each temperature T: logits (C, V), target (C, 1) → (K, C)."""
+    out = []
+    for t in temperatures:
+        z = logits if t == 1 else logits / t  # (C, V)
+        out.append(z.gather(-1, target).squeeze(-1) - torch.logsumexp(z, -1))  # (C,)
+    return torch.stack(out)
 
 
 def _lora_config(settings: Settings):

@@ -277,26 +277,29 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     dev = backend.device
     olds, teachers, weights, bases = st.old, st.teacher, st.tis, st.base  # each a (C,) per sample
 
-    def loss_of(i: int, logp: torch.Tensor, topk, batch: list[int]) -> torch.Tensor:
-        """Sample i's share of its step's loss; logp (1, C). A GRPO step's loss is its token mean over
-        all its answers (grpo_loss); a turn's, its mean over the step's turns; an anchor's, over its anchors."""
+    def loss_of(i: int, logp: torch.Tensor, topk, counts: tuple[int, int, int]) -> torch.Tensor:
+        """Sample i's share of its step's loss; logp (1, C); counts: the step's (turns, anchors, GRPO
+        answer tokens). A GRPO step's loss is its token mean over all its answers (grpo_loss); a
+        turn's, its mean over the step's turns; an anchor's, over its anchors."""
+        step_turns, step_anchors, step_tokens = counts
         s = samples[i]
         old, teacher, tis = (x[i].to(dev)[None] for x in (olds, teachers, weights))  # (1, C)
         base = bases[i].to(dev)[None] if bases[i] is not None else None  # (1, C)
         if i < n_turns:
             return policy_loss(logp, old, teacher, torch.tensor([s.reward], device=dev), torch.ones_like(old),
-                               w_rl, w_opd, tis, base, kl_coef, topk) / sum(j < n_turns for j in batch)
+                               w_rl, w_opd, tis, base, kl_coef, topk) / step_turns
         if i >= n_trained:  # an anchor: only the pull back to the base's own answer
             assert base is not None
-            return anchor_coef * keep_floor(logp, base).mean() / sum(j >= n_trained for j in batch)
+            return anchor_coef * keep_floor(logp, base).mean() / step_anchors
         mask = torch.ones_like(old)
-        return grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) * mask.sum() \
-            / sum(len(samples[j].completion_ids) for j in batch if n_turns <= j < n_trained)
+        return grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) * mask.sum() / step_tokens
 
     micro: list[float] = []  # seconds per micro-step, this process's share of the round
     for step in range(st.step, len(plan)):
         total, kl = 0.0, 0.0
         units = micro_steps(plan[step], shared)
+        counts = (sum(i < n_turns for i in plan[step]), sum(i >= n_trained for i in plan[step]),
+                  sum(len(samples[i].completion_ids) for i in plan[step] if n_turns <= i < n_trained))
         for unit in units:
             control.checkpoint()
             t_micro = time.perf_counter()
@@ -311,13 +314,12 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
             else:
                 logp, at = backend.logprobs_and_at(s.ids, len(s.prompt_ids), s.temperature, top[0])  # (C,), (C, K)
                 logps, topk = [logp[None]], (at[None], top[1].to(dev)[None])  # (1, C); (1, C, K) twice
-            loss = torch.stack([loss_of(i, logp, topk, plan[step]) for i, logp in zip(unit, logps)]).sum()
+            loss = torch.stack([loss_of(i, logp, topk, counts) for i, logp in zip(unit, logps)]).sum()
             loss.backward()
             total += float(loss.detach())
             for i, logp in zip(unit, logps):
                 if bases[i] is not None and kl_coef and i < n_trained:
-                    kl += float(kl_k3(logp.detach(), bases[i].to(dev)[None]).mean()) \
-                        / sum(j < n_trained for j in plan[step])
+                    kl += float(kl_k3(logp.detach(), bases[i].to(dev)[None]).mean()) / (len(plan[step]) - counts[1])
             micro.append(time.perf_counter() - t_micro)  # what a request arriving now may wait for (issue 6)
         norm = torch.nn.utils.clip_grad_norm_(backend.lora, MAX_GRAD_NORM)
         # A step with no gradient (every advantage 0: a round of equal rewards under the turn

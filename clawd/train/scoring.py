@@ -74,10 +74,10 @@ def score_group(backend: Backend, checkpoint: Callable[[], None], answers: list[
     assert all(a.temperature == temperature for a in answers), "a group's answers share their turn's temperature"
     checkpoint()
     old = [x.cpu() for x in backend.shared_logprobs(prompt, completions, (temperature, 1.0))]  # each (2, C)
+    based: list[torch.Tensor | None] = [None] * len(answers)
     if base:
         checkpoint()
-    based = [x[0].cpu() for x in backend.shared_logprobs(prompt, completions, (temperature,), adapter=False)] \
-        if base else [None] * len(answers)
+        based = [x[0].cpu() for x in backend.shared_logprobs(prompt, completions, (temperature,), adapter=False)]
     return [_weighed({"old": o[0], "teacher": o[0], "base": b, "tis": torch.ones_like(o[0]), "drift": None,
                       "teacher_topk": None}, o[1], a, cap) for a, o, b in zip(answers, old, based)]
 
