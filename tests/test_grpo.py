@@ -351,6 +351,13 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
+    # an answer of no text and no call (the model stopping at once) gets the least reward, unread by the fit
+    said = scored.rollouts[0]
+    empty = RolloutGroup(t.id, "sampled", None, 0.9, [Rollout([], ""), Rollout(llama.tokenize("\n")[1:], "\n"),
+                                                      Rollout(said.completion_ids, said.text)])
+    store.add_group(empty)
+    rollouts._score(store.group(empty.id), evidence, user)
+    assert store.group(empty.id).rewards == [0.0, 0.0, pytest.approx(scored.rewards[0], abs=1e-3)]
 
 
 def test_a_judged_tool_call_reads_as_the_model_wrote_it_as_its_group_does(tmp_path, llama):

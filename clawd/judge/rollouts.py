@@ -207,7 +207,11 @@ class Rollouts:
             self.store.score_group(g.id, [0.0] * len(g.rollouts), "undecided", evidence)
             return
         question = last_user_text(turn)
-        rewards = [round(self.scorer.reward(user, evidence, question, r.text, stop), 4) for r in g.rollouts]
+        # An answer of no text and no call shows the user nothing (OpenClaw asks the model again, then
+        # fails the turn): never what anyone asked for, so the least reward. The fit is not asked: it
+        # never sees an empty answer among the user's verdicts, and extrapolated one to 0.86 on tool tasks.
+        rewards = [0.0 if not r.text.strip() else round(self.scorer.reward(user, evidence, question, r.text, stop), 4)
+                   for r in g.rollouts]
         mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
         self.store.score_group(g.id, rewards, mode, evidence)
         log.info("turn %d: group of %d scored %s (%s)", g.turn_id, len(rewards),
