@@ -320,7 +320,9 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     assert g is not None and g.source == "sampled" and g.adapter_version is None and g.temperature == 0.9
     assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 12 for r in g.rollouts)  # the user's limit
     assert all(len(r.logprobs) == len(r.completion_ids) and max(r.logprobs) <= 0 for r in g.rollouts)
-    assert all(r.text == llama.detokenize(r.completion_ids) for r in g.rollouts)
+    # an answer that ended keeps its end-of-generation token last, as a served turn does; its text is the rest
+    assert all(r.text == llama.detokenize(r.completion_ids[:-1] if llama.is_eog(r.completion_ids[-1]) else r.completion_ids)
+               and not any(llama.is_eog(i) for i in r.completion_ids[:-1]) for r in g.rollouts)
     assert llama.background_context(512).lora_version is None  # the judge's weights again
     evidence = user_evidence(store.corrections(20))
     # fitted on the 13 answers judged, once it ranks them, each by a fit on the others, past the bar

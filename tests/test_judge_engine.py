@@ -75,6 +75,17 @@ def test_background_work_leaves_the_serving_prefix_cache_intact(engine):
     assert [s.logprob for s in after] == pytest.approx([s.logprob for s in before], abs=1e-4)
 
 
+def test_a_background_answer_that_ends_keeps_its_end_token_last(engine):
+    """As a served turn's completion does: training on the end token teaches the model when to stop
+    (sampled groups without it taught answers that ran on)."""
+    ctx = engine.background_context(512)
+    lps: list[float] = []
+    ids = ctx.generate(chat(engine, "Say hello in one word."), temperature=0.6, max_tokens=64, seed=3, logprobs=lps)
+    assert engine.is_eog(ids[-1]) and not any(engine.is_eog(t) for t in ids[:-1]) and len(lps) == len(ids)
+    capped = ctx.generate(chat(engine, "Tell me about volcanoes."), temperature=0.6, max_tokens=8, seed=3)
+    assert len(capped) == 8 and not any(engine.is_eog(t) for t in capped)  # cut at the limit: no end token
+
+
 def test_sequence_score_matches_the_serving_logprobs(engine):
     """score() chains token probabilities; on the same (base) weights it must agree with what the
     serving context reports for the tokens it sampled."""

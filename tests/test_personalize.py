@@ -17,10 +17,15 @@ def test_measures_on_fixed_texts():
     m = measures("**Sure!** Here:\n\n- a 5 km run\n- 3 miles\n\n```py\nx = 1\n```\nHope this helps!")
     assert m == {"sentences": 6.0, "list_lines": 2.0, "words": 18.0, "metric_units": 1.0, "imperial_units": 1.0,
                  "sign_off": 1.0, "french_share": 0.0, "code_fences": 2.0, "markup": 1.0, "preamble": 1.0,
-                 "paragraphs": 3.0}
+                 "paragraphs": 3.0, "loops": 0.0}
     fr = measures("Le soleil est une étoile et la Terre tourne autour de lui.")
     assert fr["french_share"] == 1.0 and fr["sentences"] == 1.0 and fr["preamble"] == 0.0 and fr["list_lines"] == 0.0
     assert measures("")["words"] == 0.0 and measures("")["paragraphs"] == 0.0
+    # a held-out answer of a trained adapter (no_bold, stop 54): 27 word trigrams, 9 distinct
+    assert measures("A black hole is a theoretical object that is" + " a black hole is" * 5)["loops"] == 1.0
+    # the same words once each, and a long answer that repeats one phrase twice, do not loop
+    assert measures("A black hole is a theoretical object that is a black hole.")["loops"] == 0.0
+    assert measures("Plants need light. " * 2 + "They also need water, soil, air and warmth to grow well.")["loops"] == 0.0
 
 
 def test_the_bootstrap_interval_against_a_hand_computation():

@@ -211,8 +211,8 @@ def margin(entries: list[dict[str, Any]], accepted: Sequence[str]) -> float | No
 
 def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:
     """One scenario's grades of recorded answers (its pool's held-out answers; the probes), and their
-    sums: adherence, and beside it the share of held-out replies that were no answer at all
-    (degenerate) and of those that answered without the known content (wrong); the mean continuous
+    sums: adherence, and beside it the share of held-out replies that were no answer at all or ran
+    in circles (degenerate; since stop 54 loops count, `measures`) and of those that answered without the known content (wrong); the mean continuous
     measures; probe accuracy and degenerate share. Also how --rescore re-grades an old run."""
     held = [dict(h) | grade_heldout(sc, h["prompt"], h["text"]) | {"measures": measures(h["text"])}
             for h in ev["heldout"] if h.get("pool", sc.pool) == sc.pool and h["prompt"] in sc.heldout]
@@ -229,7 +229,7 @@ def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:
     keys = held[0]["measures"] if held else {}
     return {**{k: v for k, v in ev.items() if k not in ("heldout", "probes")}, "heldout": held, "probes": probes,
             "adherence": _share(held, lambda h: h["ok"]), "form": _share(held, lambda h: h["form"]),
-            "degenerate": _share(held, lambda h: h["non_answer"] is not None),
+            "degenerate": _share(held, lambda h: h["non_answer"] is not None or h["measures"]["loops"] > 0),
             "non_answers": {why: sum(h["non_answer"] == why for h in held) for why in ("echo", "empty", "off-topic")},
             "wrong": _share(held, lambda h: h["non_answer"] is None and not h["known"]),
             "measures": {k: sum(h["measures"][k] for h in held) / len(held) for k in keys},

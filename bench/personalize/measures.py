@@ -23,6 +23,7 @@ from bench.personalize.scenarios import (
     preamble,
     signed_off,
 )
+from clawd.publish.gate import loops
 
 
 def measures(reply: str) -> dict[str, float]:
@@ -37,7 +38,8 @@ def measures(reply: str) -> dict[str, float]:
     - code_fences: ``` fence lines (2 a block);
     - markup: bold spans and heading lines;
     - preamble: 1 if the reply opens with a preamble, else 0;
-    - paragraphs: blocks of text between blank lines.
+    - paragraphs: blocks of text between blank lines;
+    - loops: 1 if the reply runs in circles (most of its word trigrams repeats, `gate.loops`), else 0.
     """
     fr, en = _function_words(reply)
     return {
@@ -52,6 +54,7 @@ def measures(reply: str) -> dict[str, float]:
         "markup": float(len(_MARKUP.findall(reply))),
         "preamble": float(preamble(reply)),
         "paragraphs": float(sum(1 for block in reply.strip().split("\n\n") if block.strip())),
+        "loops": float(loops(reply.lower().split()) is not None),
     }
 
 

@@ -266,19 +266,21 @@ class BackgroundContext:
     # -- what the judge uses ----------------------------------------------------------------------
     def generate(self, prompt: list[int], temperature: float, max_tokens: int, seed: int | None = None,
                  cancel: threading.Event | None = None, logprobs: list[float] | None = None) -> list[int]:
-        """Sample up to `max_tokens` tokens after `prompt`, stopping at end-of-generation; with
-        `logprobs`, append each sampled token's log p at T = 1 to it (as the engine records them)."""
+        """Sample up to `max_tokens` tokens after `prompt`; with `logprobs`, append each sampled
+        token's log p at T = 1 to it (as the engine records them). An answer that ends keeps its
+        end-of-generation token last, as a served turn's completion does: training on it is what
+        teaches the model when to stop."""
         rng = np.random.default_rng(seed)
         logits = self._prefill(prompt, cancel)
         out: list[int] = []
         limit = min(max_tokens, self.n_ctx - len(prompt))
         while len(out) < limit:
             token = sample(logits, temperature, rng)
-            if self.engine.is_eog(token):
-                break
             out.append(token)
             if logprobs is not None:
                 logprobs.append(float(log_softmax(logits)[token]))
+            if self.engine.is_eog(token):
+                break
             if len(out) < limit:
                 logits = self._decode_all([token], False, cancel)
         return out

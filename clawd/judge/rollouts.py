@@ -165,7 +165,7 @@ class Rollouts:
                 lps: list[float] = []
                 ids = bg.generate(turn.prompt_ids, temperature, limit,
                                   seed=answer_seed(turn.id, version, i), cancel=stop, logprobs=lps)
-                answers.append(Rollout(ids, self.engine.detokenize(ids), lps))
+                answers.append(Rollout(ids, self._visible(ids), lps))
             swapped = bg.lora_version != version or self.engine.adapter_version != version
         if swapped:  # another adapter went live meanwhile: these answers are nobody's policy now
             log.info("turn %d: the adapter changed while its group was sampled; dropped", turn.id)
@@ -195,7 +195,12 @@ class Rollouts:
         """A judged answer as the scorer reads it, in the form of a group's sampled answers: the
         model's own tokens, so a tool call reads as the model wrote it (Qwen2.5-Coder: the bare JSON),
         not as the empty text the client got beside the parsed call. A text answer is its text."""
-        return self.engine.detokenize(t.completion_ids) if t.tool_calls else t.text
+        return self._visible(t.completion_ids) if t.tool_calls else t.text
+
+    def _visible(self, ids: list[int]) -> str:
+        """The text of an answer's tokens without the end-of-generation token it may end on (which
+        served turns and sampled answers keep, for training to learn the stop)."""
+        return self.engine.detokenize(ids[:-1] if ids and self.engine.is_eog(ids[-1]) else ids)
 
     def _score(self, g: RolloutGroup, evidence: list[str], user: dict[str, list] | None,
                stop: threading.Event | None = None) -> None:

@@ -42,7 +42,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,14 @@ def degenerate(ids: list[int], text: str) -> str | None:
         best = max(best, run)
     if best >= 8:
         return f"token repeated {best}×"
-    grams = [tuple(ids[i:i + 3]) for i in range(len(ids) - 2)]
+    return loops(ids)
+
+
+def loops(seq: Sequence[Any]) -> str | None:
+    """Why a sequence runs in circles ("a black hole is a black hole is …"), or None: of its
+    trigrams (16 at least), fewer than half distinct. Tokens here; words in the learning bench,
+    which reads answers as text whatever the model's tokenizer."""
+    grams = [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
     if len(grams) >= 16 and len(set(grams)) / len(grams) < 0.5:
         return f"loops ({len(set(grams))}/{len(grams)} distinct trigrams)"
     return None
