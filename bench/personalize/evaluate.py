@@ -212,8 +212,9 @@ def margin(entries: list[dict[str, Any]], accepted: Sequence[str]) -> float | No
 def grade(sc: Scenario, ev: dict[str, Any]) -> dict[str, Any]:
     """One scenario's grades of recorded answers (its pool's held-out answers; the probes), and their
     sums: adherence, and beside it the share of held-out replies that were no answer at all or ran
-    in circles (degenerate; since stop 54 loops count, `measures`) and of those that answered without the known content (wrong); the mean continuous
-    measures; probe accuracy and degenerate share. Also how --rescore re-grades an old run."""
+    in circles (degenerate; loops count since stop 54, `measures`) and of those that answered
+    without the known content (wrong); the mean continuous measures; probe accuracy and degenerate
+    share. Also how --rescore re-grades an old run."""
     held = [dict(h) | grade_heldout(sc, h["prompt"], h["text"]) | {"measures": measures(h["text"])}
             for h in ev["heldout"] if h.get("pool", sc.pool) == sc.pool and h["prompt"] in sc.heldout]
     probes = []

@@ -9,8 +9,9 @@ shortened (and says so), or it waits. Serving is never the part that gives way.
 Every size is in bytes; each formula names the tensor shapes it counts. The estimates count what
 stays alive at the peak, the backward of one micro-step (one sample: loop.py trains one turn at a
 time, or one GRPO group's answers on their prompt read once, which the round's plan counts as a
-sample of the prompt plus every answer padded to the longest; no micro-batch is left to shrink), and lean high where a kernel's workspace is not
-known exactly: the price of an overestimate is a shorter round, of an underestimate an OOM.
+sample of the prompt plus every answer padded to the longest; no micro-batch is left to shrink),
+and lean high where a kernel's workspace is not known exactly: the price of an overestimate is a
+shorter round, of an underestimate an OOM.
 """
 
 from __future__ import annotations
