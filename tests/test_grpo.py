@@ -1,7 +1,8 @@
-"""GRPO in idle time (issue 28): groups in the store, hindsight pairs, the user's evidence, the
-scorer's measure, sampling on the background context, and a round that trains on groups.
+"""GRPO in idle time (issue 28): groups in the store, answers cut at the length limit, hindsight
+pairs, the user's evidence, sampling on the background context, and a round that trains on
+groups (the scorer fit's own tests: test_grpo_scorer.py).
 
-The store, evidence and measure tests are fast (no model). Sampling and scoring run the real
+The store and evidence tests are fast (no model). Sampling and scoring run the real
 llama.cpp engine on the bundled SmolLM2; the round trains it for real (conftest.py's fixtures,
 rounds.py's helpers).
 """
