@@ -261,7 +261,9 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
 
     g = rollouts._sample(t, None)
     assert g is not None and g.source == "sampled" and g.adapter_version is None and g.temperature == 0.9
-    assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 12 for r in g.rollouts)  # the user's limit
+    # to grpo_max_tokens, past the request's own limit (12): that cuts what a client is shown, not the answer
+    assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 24 for r in g.rollouts)
+    assert any(len(r.completion_ids) > 12 for r in g.rollouts)
     assert all(len(r.logprobs) == len(r.completion_ids) and max(r.logprobs) <= 0 for r in g.rollouts)
     # an answer that ended keeps its end-of-generation token last, as a served turn does; its text is the rest
     assert all(r.text == llama.detokenize(r.completion_ids[:-1] if llama.is_eog(r.completion_ids[-1]) else r.completion_ids)
