@@ -232,8 +232,7 @@ class Settings(BaseSettings):
                                       "facts. A user who wants only shorter answers is then not learned from groups. On "
                                       "no_lists it kept answers longer but taught almost no form (+0.02 against +0.10, one "
                                       "seed; docs/learning.md, stop 48), so off by default.")
-    grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group, whatever the turn's own "
-                                 "max_tokens was; an answer cut at it is not scored, and not trained.")
+    grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group.")
     grpo_budget_s: float = Field(600.0, gt=0, description="Idle seconds one rollout job may sample before it yields to "
                                  "the scheduler's other work.")
 

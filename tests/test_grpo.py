@@ -1,6 +1,6 @@
-"""GRPO in idle time (issue 28): groups in the store, answers cut at the length limit, hindsight
-pairs, the user's evidence, sampling on the background context, and a round that trains on
-groups (the scorer fit's own tests: test_grpo_scorer.py).
+"""GRPO in idle time (issue 28): groups in the store, hindsight pairs, the user's evidence,
+sampling on the background context, and a round that trains on groups (the scorer fit's own
+tests: test_grpo_scorer.py).
 
 The store and evidence tests are fast (no model). Sampling and scoring run the real
 llama.cpp engine on the bundled SmolLM2; the round trains it for real (conftest.py's fixtures,
@@ -18,9 +18,9 @@ from rounds import MODEL, add_turn, logprob, rows, settings
 from clawd.config import Settings
 from clawd.judge.rollouts import Rollouts, answer_seed
 from clawd.judge.scorer import HISTORY, MIN_EACH, Scorer, user_evidence
-from clawd.store.records import Feedback, Judgment, NextState, Rollout, RolloutGroup, RoundState, ToolCall, Turn
+from clawd.store.records import Feedback, Judgment, NextState, Rollout, RolloutGroup, ToolCall, Turn
 from clawd.store.store import Store
-from clawd.train.batches import group_plan, group_samples, groups_of
+from clawd.train.batches import group_plan, group_samples
 from clawd.train.loop import run_round
 
 fast = pytest.mark.fast
@@ -49,7 +49,7 @@ def verdict(store: Store, t: Turn, score: int) -> None:
     store.add_judgment(Judgment(turn_id=t.id, method="ask", score=score, judge_model="test"))
 
 
-def group(t: Turn, rewards: list[float | None], scorer: str = "trusted", version: int | None = None) -> RolloutGroup:
+def group(t: Turn, rewards: list[float], scorer: str = "trusted", version: int | None = None) -> RolloutGroup:
     return RolloutGroup(t.id, "sampled", version, 0.7, [Rollout([7, k], f"answer {k}", [-1.0, -1.0], r)
                                                         for k, r in enumerate(rewards)], scorer=scorer)
 
@@ -105,22 +105,6 @@ def test_groups_round_trip_and_only_trusted_on_policy_unused_decided_groups_are_
     assert store.ready_groups(None, 8) == [unscored]
     assert store.group_counts() == {"groups": 7, "sampled": 7, "hindsight": 0, "scored": 7, "trusted": 5,
                                     "trained": 1, "answers": 15}
-
-
-@fast
-def test_answers_cut_at_the_length_limit_are_unscored_and_left_out_of_the_round(tmp_path):
-    """A group is ready on its scored answers alone, and a round reads only those: their mean is the
-    group's baseline, and a cut answer (reward None) is neither trained nor compared."""
-    store = Store(tmp_path / "clawd.db")
-    t = turn(store, "s", "Name a fruit.", "Apple.")
-    verdict(store, t, 1)
-    cut, lone = (store.add_group(group(t, [None] * 4, scorer=None)) for _ in range(2))
-    store.score_group(cut, [None, 0.8, None, 0.3], "trusted", [])
-    store.score_group(lone, [None, 0.8, None, None], "trusted", [])  # one scored answer: nothing to compare it with
-    assert [r.reward for r in store.group(cut).rollouts] == [None, 0.8, None, 0.3]
-    assert store.ready_groups(None, 8) == [cut]
-    (g, _), = groups_of(store, RoundState(turn_ids=[], parent=None, knobs={}, group_ids=[cut]))
-    assert [r.completion_ids for r in g.rollouts] == [[7, 1], [7, 3]] and g.rewards == [0.8, 0.3]
 
 
 @fast
@@ -261,9 +245,7 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
 
     g = rollouts._sample(t, None)
     assert g is not None and g.source == "sampled" and g.adapter_version is None and g.temperature == 0.9
-    # to grpo_max_tokens, past the request's own limit (12): that cuts what a client is shown, not the answer
-    assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 24 for r in g.rollouts)
-    assert any(len(r.completion_ids) > 12 for r in g.rollouts)
+    assert len(g.rollouts) == 3 and all(0 < len(r.completion_ids) <= 12 for r in g.rollouts)  # the user's limit
     assert all(len(r.logprobs) == len(r.completion_ids) and max(r.logprobs) <= 0 for r in g.rollouts)
     # an answer that ended keeps its end-of-generation token last, as a served turn does; its text is the rest
     assert all(r.text == llama.detokenize(r.completion_ids[:-1] if llama.is_eog(r.completion_ids[-1]) else r.completion_ids)
@@ -281,9 +263,7 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     rollouts._score(store.group(g.id), evidence, user)
     scored = store.group(g.id)
     assert scored.scorer in ("trusted", "untrusted", "undecided") and scored.evidence[0] == "No lists."
-    # an answer cut at the limit is not scored; one that ended is, by the fit
-    assert [r.reward is None for r in scored.rollouts] == [not llama.is_eog(r.completion_ids[-1]) for r in g.rollouts]
-    assert all(0 < r.reward < 1 for r in scored.rollouts if r.reward is not None)
+    assert all(0 < r < 1 for r in scored.rewards)
     # nothing left to score or pair
     rollouts._no_signal = rollouts._verdicts_key()  # as a fit that saw nothing leaves it: idle until the next verdict
     assert not rollouts.pending()
@@ -300,17 +280,13 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
-    # an answer of no text and no call (the model stopping at once) gets the least reward, unread by
-    # the fit; the same answer ended and cut at the limit: scored, and not
-    eog, said = llama.llm.token_eos(), "Apples and pears are fruits."
-    assert llama.is_eog(eog)
-    empty = RolloutGroup(t.id, "sampled", None, 0.9, [
-        Rollout([eog], ""), Rollout(llama.tokenize("\n")[1:] + [eog], "\n"), Rollout([], ""),
-        Rollout(llama.tokenize(said)[1:] + [eog], said), Rollout(llama.tokenize(said)[1:], said)])
+    # an answer of no text and no call (the model stopping at once) gets the least reward, unread by the fit
+    said = scored.rollouts[0]
+    empty = RolloutGroup(t.id, "sampled", None, 0.9, [Rollout([], ""), Rollout(llama.tokenize("\n")[1:], "\n"),
+                                                      Rollout(said.completion_ids, said.text)])
     store.add_group(empty)
     rollouts._score(store.group(empty.id), evidence, user)
-    got = [r.reward for r in store.group(empty.id).rollouts]
-    assert got[:3] == [0.0, 0.0, None] and 0 < got[3] < 1 and got[4] is None
+    assert store.group(empty.id).rewards == [0.0, 0.0, pytest.approx(scored.rewards[0], abs=1e-3)]
 
 
 def test_a_judged_tool_call_reads_as_the_model_wrote_it_as_its_group_does(tmp_path, llama):

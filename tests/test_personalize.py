@@ -129,8 +129,7 @@ def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(t
     prose = "The sky is blue because air scatters blue sunlight more than red light, so blue reaches us from everywhere."
     listed = "- Air scatters light\n- Blue scatters most\n- So the sky looks blue"
     store.add_group(RolloutGroup(t.id, "sampled", None, 0.7, [Rollout([2], prose, [-1.0], 0.9), Rollout([3], listed, [-1.0], 0.2),
-                                                              Rollout([4], listed, [-1.0], 0.95), Rollout([5], prose, [-1.0])],
-                                 scorer="trusted"))  # the last cut at the length limit: unscored
+                                                              Rollout([4], listed, [-1.0], 0.95)], scorer="trusted"))
     store.add_group(RolloutGroup(t.id, "hindsight", None, 0.7, [Rollout([2], listed, [], 0.0), Rollout([3], prose, [], 1.0)],
                                  scorer="hindsight"))  # not sampled: not the scorer's
 
@@ -144,10 +143,10 @@ def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(t
             return {"grpo": {"scorer": {"margin": 0.25}}}
 
     got = scorer_agreement(D(), SCENARIOS["no_lists"])
-    assert got["groups"] == 1 and got["cut"] == 1 and got["pairs"] == 2 and got["margin"] == 0.25
+    assert got["groups"] == 1 and got["pairs"] == 2 and got["margin"] == 0.25
     # the pairs' reward gaps: prose - listed = 0.9 - 0.2 = +0.7 (decided, right) and 0.9 - 0.95 = -0.05 (under the margin)
     assert got["auc"] == 0.5 and got["decided"] == 0.5 and got["wrong_sign"] == 0.0
-    assert got["by_group"] == [{"scorer": "trusted", "cut": 1, "answers": [(0.9, True, 19), (0.2, False, 14), (0.95, False, 14)]}]
+    assert got["by_group"] == [{"scorer": "trusted", "answers": [(0.9, True, 19), (0.2, False, 14), (0.95, False, 14)]}]
     # length alone ranks the 14-word lists above the 19-word prose in both (passes, fails) pairs
     assert got["length_auc"] == 0.0
     # decided pairs: prose 0.9 over list 0.2 favours the longer (0); list 0.95 over list 0.2, the same length (1/2)

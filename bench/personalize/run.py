@@ -247,8 +247,7 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
             run["judge"] = judge_agreement(d, run["turns"])
             run["scorer"] = sa = scorer_agreement(d, sc)
             if sa["pairs"]:
-                print(f"  GRPO scorer against the checker: {sa['groups']} groups ({sa['cut']} answers cut at the length "
-                      f"limit, unscored), {sa['pairs']} (pass, fail) pairs, AUC "
+                print(f"  GRPO scorer against the checker: {sa['groups']} groups, {sa['pairs']} (pass, fail) pairs, AUC "
                       f"{sa['auc']:.2f}; at margin {sa['margin']}: {sa['decided']:.0%} decided, {sa['wrong_sign']:.0%} "
                       "the wrong way; answer length alone AUC "
                       f"{sa['length_auc']:.2f}, the favoured answer shorter in {sa['shorter_first'] or 0:.0%} of decided pairs", flush=True)
@@ -401,16 +400,14 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
     Beside them, what answer length alone would have done: length_auc ranks the shorter of each
     (passes, fails) pair first, and shorter_first is the share of pairs the scorer decided (any two
     answers of a group at least the margin apart) whose favoured answer is the shorter (ties 1/2):
-    what a round on these groups teaches about length, whatever the checker says. An answer cut at
-    the length limit has no reward (judge.rollouts): counted in `cut`, left out of the rest."""
+    what a round on these groups teaches about length, whatever the checker says."""
     groups = []
     for g in d.rows("SELECT g.id, g.scorer, t.request FROM rollout_groups g JOIN turns t ON t.id = g.turn_id"
                     " WHERE g.source = 'sampled' AND g.scorer IS NOT NULL ORDER BY g.id"):
         question = next(m["content"] for m in json.loads(g["request"])["messages"] if m["role"] == "user")
         answers = d.rows("SELECT text, reward FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
-        groups.append({"scorer": g["scorer"], "cut": sum(a["reward"] is None for a in answers),
-                       "answers": [(a["reward"], accepts(sc, question, a["text"]), len(a["text"].split()))
-                                   for a in answers if a["reward"] is not None]})
+        groups.append({"scorer": g["scorer"], "answers": [(a["reward"], accepts(sc, question, a["text"]), len(a["text"].split()))
+                                                          for a in answers]})
     margin = ((d.status().get("grpo") or {}).get("scorer") or {}).get("margin")
     at = max(margin if margin is not None else 0.0, 1e-9)
     checked = [(r1 - r2, w2 - w1) for g in groups for r1, ok1, w1 in g["answers"] if ok1
@@ -426,8 +423,7 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
     def right_way(d: np.ndarray) -> float | None:  # share of pairs ranked the right way (d > 0), ties half
         return float(((d > 0) + 0.5 * (d == 0)).mean()) if len(d) else None
 
-    return {"groups": len(groups), "cut": sum(g["cut"] for g in groups), "margin": margin, "pairs": len(gaps),
-            "auc": right_way(gaps),
+    return {"groups": len(groups), "margin": margin, "pairs": len(gaps), "auc": right_way(gaps),
             "decided": float((np.abs(gaps) >= at).mean()) if len(gaps) else None,
             "wrong_sign": float((gaps <= -at).mean()) if len(gaps) else None,
             "length_auc": right_way(pass_shorter), "shorter_first": right_way(np.array(favoured)), "by_group": groups}

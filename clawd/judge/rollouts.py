@@ -7,7 +7,6 @@ left to judge or train.
    excluded session, no side turn), K answers sampled on the background context with the live
    adapter, at the turn's temperature, logprobs recorded; then scored on the base weights by
    `Scorer`: the user's own words in the prompt, and a fit on the answers they already judged.
-   An answer cut at the length limit is left unscored, and untrained (`_score`).
    Nothing is sampled while the scorer is untrusted, the user has said nothing to score against,
    they have not yet judged MIN_EACH answers each way, or the fit on those does not rank them
    better than chance (scorer.signal): then it waits for their next verdict.
@@ -152,11 +151,9 @@ class Rollouts:
         assert turn.id is not None
         k, version = self.settings, self.engine.adapter_version
         temperature = sampling_temperature(turn.request)
-        # To grpo_max_tokens whatever the request's own max_tokens: a client's limit cuts what it is
-        # shown, not what the answer is, and an answer cut at a limit is not scored (`_score`). Under the
-        # request's limit (until 2026-12-06), 53 of no_bold's 96 sampled answers were cut at its 160
-        # tokens, and 24 feedback turns made 5 groups a round could use, of the 8 it waits for.
-        limit = k.grpo_max_tokens
+        # no longer than the user's own answer could have been: the request's limit, if it set one
+        asked = turn.request.get("max_completion_tokens") or turn.request.get("max_tokens")
+        limit = min(k.grpo_max_tokens, int(asked)) if isinstance(asked, int) and asked > 0 else k.grpo_max_tokens
         n_ctx = len(turn.prompt_ids) + limit + 1
         if n_ctx > min(MAX_CONTEXT, self.engine.n_ctx):
             log.info("turn %d: its prompt (%d tokens) is too long to replay; no group", turn.id, len(turn.prompt_ids))
@@ -215,24 +212,12 @@ class Rollouts:
             self.store.score_group(g.id, [0.0] * len(g.rollouts), "undecided", evidence)
             return
         question = last_user_text(turn)
-        # An answer cut at the length limit is not scored (None) and so never trained (batches.groups_of):
-        # the scorer would judge a beginning, and a cut answer that wins teaches the model to go on where
-        # it should stop (DAPO's overlong filtering). On no_bold the scorer favoured the longer answer in
-        # 65-68% of the pairs it decided, most groups' answers were cut at the request's 160 tokens, and
-        # the adapters looped on 7 of 52 held-out answers (the base: 2).
         # An answer of no text and no call shows the user nothing (OpenClaw asks the model again, then
         # fails the turn): never what anyone asked for, so the least reward. The fit is not asked: it
         # never sees an empty answer among the user's verdicts, and extrapolated one to 0.86 on tool tasks.
-        rewards = [None if self._cut(r.completion_ids) else 0.0 if not r.text.strip()
-                   else round(self.scorer.reward(user, evidence, question, r.text, stop), 4) for r in g.rollouts]
-        ended = [r for r in rewards if r is not None]
-        decided = len(ended) >= 2 and max(ended) - min(ended) >= trust.margin
-        mode = trust.mode if trust.mode != "trusted" or decided else "undecided"
+        rewards = [0.0 if not r.text.strip() else round(self.scorer.reward(user, evidence, question, r.text, stop), 4)
+                   for r in g.rollouts]
+        mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
         self.store.score_group(g.id, rewards, mode, evidence)
         log.info("turn %d: group of %d scored %s (%s)", g.turn_id, len(rewards),
-                 " ".join("cut" if r is None else f"{r:.2f}" for r in rewards), mode)
-
-    def _cut(self, ids: list[int]) -> bool:
-        """Did a sampled answer stop at the length limit (or have no token at all) rather than end?
-        An answer that ends has its end-of-generation token last (BackgroundContext.generate)."""
-        return not ids or not self.engine.is_eog(ids[-1])
+                 " ".join(f"{r:.2f}" for r in rewards), mode)

@@ -97,7 +97,7 @@ class Rollout:
     completion_ids: list[int]
     text: str
     logprobs: list[float] = field(default_factory=list)  # the engine's, at T = 1, one per id ([] for hindsight)
-    reward: float | None = None  # the scorer's, in [0, 1]; None until scored, and after if cut at the length limit
+    reward: float | None = None  # the scorer's, in [0, 1]; None until scored
     id: int | None = None
 
 

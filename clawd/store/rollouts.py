@@ -93,9 +93,8 @@ class RolloutQueries:
             " AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1) ORDER BY g.id LIMIT ?", (limit,))
         return [g for r in rows if (g := self.group(r[0])) is not None]
 
-    def score_group(self, group_id: int, rewards: list[float | None], scorer: str, evidence: list[str]) -> None:
-        """Every answer's reward (None: not scored, as an answer cut at the length limit is) and the
-        group's scorer, in one transaction."""
+    def score_group(self, group_id: int, rewards: list[float], scorer: str, evidence: list[str]) -> None:
+        """Every answer's reward and the group's scorer, in one transaction."""
         ids = [r[0] for r in self._read("SELECT id FROM rollouts WHERE group_id = ? ORDER BY k", (group_id,))]
         if len(ids) != len(rewards):
             raise ValueError(f"group {group_id} has {len(ids)} answers, not {len(rewards)}")
@@ -170,8 +169,7 @@ class RolloutQueries:
         """Groups a round may train on, oldest first: scored by a trusted scorer whose margin they
         pass ('trusted') or hindsight pairs, sampled by `adapter_version` (GRPO is on-policy;
         hindsight pairs are off-policy by nature), unused by any finished run, none of an excluded
-        session, their scored answers' rewards not all equal (such a group teaches nothing; SQL's MAX
-        and MIN skip an unscored answer's NULL)."""
+        session, their answers' rewards not all equal (such a group teaches nothing)."""
         rows = self._read(
             "SELECT g.id FROM rollout_groups g JOIN turns t ON t.id = g.turn_id JOIN rollouts r ON r.group_id = g.id"
             " WHERE g.scorer IN ('trusted', 'hindsight') AND (g.source = 'hindsight' OR g.adapter_version IS ?)"

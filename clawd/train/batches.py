@@ -29,16 +29,14 @@ def minibatches(n: int, minibatch: int, epochs: int, seed: int) -> list[list[int
 
 
 def groups_of(store: Store, st: RoundState) -> list[tuple[RolloutGroup, Turn]]:
-    """The round's rollout groups, each with the turn whose prompt its answers answer, and of each
-    group only its scored answers: one cut at the length limit has no reward (judge.rollouts), so
-    it is neither trained nor part of its group's mean."""
+    """The round's rollout groups, each with the turn whose prompt its answers answer."""
     out = []
     for gid in st.group_ids:
         g = store.group(gid)
         t = store.turn(g.turn_id) if g is not None else None
         if g is None or t is None:
             raise GroupError(f"rollout group {gid} or its turn is gone from the database")
-        out.append((replace(g, rollouts=[r for r in g.rollouts if r.reward is not None]), t))
+        out.append((g, t))
     return out
 
 
