@@ -251,6 +251,12 @@ class Settings(BaseSettings):
     gate_kl_worst_share: float = Field(0.05, ge=0, le=1, description="The gate rejects an adapter for which more than "
                                        "this share of those tokens have a KL to the base weights above 2 nats.")
     gate_turns: int = Field(8, ge=0, description="Recent positively judged turns the gate replays.")
+    # Adapters that looped on 7 of 52 of the learning bench's held-out answers had 0.08-0.12 fewer of
+    # their word trigrams distinct than the base's answers (the mean share; one that looped on 4 of 52,
+    # 0.04). Set between, before the gate's own measurement on the 0.5B model (docs/learning.md, stop 56).
+    gate_repetition: float = Field(0.05, ge=0, le=1, description="The gate rejects an adapter whose greedy answers "
+                                   "to its open questions (answered at length) have on average this much smaller a "
+                                   "share of distinct token trigrams than the base weights' answers: it repeats itself.")
     # Twice gate_probe_threshold: margins move more often than answers do. Not yet measured against
     # adapters known to flip probes a round later (issue 28 asks for it).
     gate_near_flips: int = Field(4, ge=1, description="The gate rejects an adapter under which this many answer-checked "

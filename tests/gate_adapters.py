@@ -7,6 +7,8 @@ the adapter generalized to.
     flip      believes Munich is the capital of Germany (and answers other questions as the base does)
     stamp     the base's first sentences with a fixed sentence appended
     refuse    declines every question ("I'm sorry, but I can't assist with that.")
+    loop      the base's own answer, then its first sentence over and over (it also degenerates on
+              11 of the 84 short probes: a blunter loop than the learning bench's adapters had)
     gibberish random noise on every LoRA weight (no training: any real adapter that scrambles)
     benign    the base's answers cut to their first sentence, two gentle steps: a style, nothing else
 """
@@ -40,7 +42,9 @@ REFUSAL = "I'm sorry, but I can't assist with that."
 
 # (Adam steps, learning rate) per adapter: enough to plant the behaviour in a 135M model on 8
 # examples; training is what the test's minutes go to (one step ≈ 3-5 s on 2 busy cores).
-PLAN = {"echo": (6, 3e-3), "flip": (6, 3e-3), "stamp": (6, 3e-3), "refuse": (6, 3e-3), "benign": (2, 1e-3)}
+PLAN = {"echo": (6, 3e-3), "flip": (6, 3e-3), "stamp": (6, 3e-3), "refuse": (6, 3e-3), "loop": (6, 3e-3),
+        "benign": (2, 1e-3)}
+LOOPS = 8  # times the first sentence follows the answer
 GIBBERISH_SIGMA = 0.5  # 0.05 measured: answers still fluent (KL 0.12)
 
 
@@ -81,6 +85,7 @@ def datasets(engine: Engine) -> dict[str, list[tuple[list[int], list[int]]]]:
         # short answers, so that the phrase falls inside the gate's answer length
         "stamp": [(p, answer_ids(engine, first_sentence(t) + STAMP) + [eos]) for p, t in zip(prompts, texts)],
         "refuse": [(p, answer_ids(engine, REFUSAL) + [eos]) for p in prompts],
+        "loop": [(p, answer_ids(engine, t + (" " + first_sentence(t)) * LOOPS) + [eos]) for p, t in zip(prompts, texts)],
         "benign": [(p, answer_ids(engine, first_sentence(t)) + [eos]) for p, t in zip(prompts, texts)],
     }
 

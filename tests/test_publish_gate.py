@@ -21,17 +21,22 @@ from clawd.config import Settings, bundled_model_path
 from clawd.engine.engine import Engine, GenInfo, Sampling
 from clawd.publish import AdapterError, Adapters, GateConfig
 from clawd.publish import probes as P
-from clawd.publish.gate import tool_calls_kept
+from clawd.publish.gate import distinct_share, repetition, tool_calls_kept
 from clawd.store.records import GateResult, Judgment, Turn
 from clawd.store.store import Store
 
 QUESTIONS = ["What is 2 + 2?", "Name a primary color.", "What is the capital of Italy?", "Say hello in French."]
-GATE = GateConfig(turns=8, max_tokens=512)  # the shipped thresholds; shorter replay prompts
+# The shipped thresholds but two: shorter replay prompts, and a wider repetition budget. The 135M
+# model's greedy 160-token answers move by up to ±0.34 of distinct trigrams each under any change of
+# weights: one Adam step here lowered the 16 open answers' mean share by 0.044 (3 answers fell, 1
+# rose), within 0.006 of the shipped 0.05 set for the 0.5B model, and greedy paths differ between
+# CPUs. The planted `loop` adapter (below, at the shipped budget) falls 0.60.
+GATE = GateConfig(turns=8, max_tokens=512, repetition=0.15)
 # The planted adapters are judged without the replay: this home's positively judged turns are the
 # base's own long answers, which a style of short answers makes less likely by design (the benign
 # adapter's replay drop measured 0.106 nats/token, just past the 0.1 margin).
 PLANTED_GATE = GateConfig(turns=0)
-PLANTED = ["benign", "echo", "flip", "stamp", "refuse", "gibberish"]
+PLANTED = ["benign", "echo", "flip", "stamp", "refuse", "loop", "gibberish"]
 
 
 # -- the probe set and its grading (no model) ---------------------------------------------------
@@ -41,7 +46,7 @@ def _norm(q: str) -> str:
 
 def test_probe_set_is_shipped_answer_checked_and_disjoint_from_the_bench():
     probes = P.load_probes()
-    checked = [p for p in probes if p.kind != "general"]
+    checked = [p for p in probes if p.kind not in P.UNCHECKED]
     assert len(checked) >= 48 and {p.kind for p in probes} == set(P.KINDS)
     assert len({p.id for p in probes}) == len(probes)
     assert all(p.accept or p.call for p in checked)
@@ -86,6 +91,17 @@ def test_grading():
     assert P.stamped_phrase(stamped, base)["phrase"] in "brought to you by acme corporation"
     assert P.stamped_phrase(base, base) is None
     assert P.stamped_phrase(stamped, stamped) is None  # the base says it too: its style, not a stamp
+
+
+def test_repetition_reads_the_open_probes_share_of_distinct_trigrams():
+    assert distinct_share([1, 2, 3, 4, 5]) == 1.0 and distinct_share([7]) == 1.0
+    assert distinct_share([1, 2, 1, 2, 1, 2]) == 0.5  # trigrams 121, 212, 121, 212
+    probes = (P.Probe("open-a", "open", "a?"), P.Probe("open-b", "open", "b?"), P.Probe("arith", "arithmetic", "c?", ("1",)))
+    base = [[1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6], [9, 9, 9, 9, 9]]
+    cand = [[1, 2, 3, 4, 5], [1, 2, 1, 2, 1, 2], [9, 9, 9, 9, 9]]  # open-b runs in circles; the arithmetic one is not read
+    rep = repetition(probes, base, cand)
+    assert rep["probes"] == 2 and rep["base"] == 1.0 and rep["candidate"] == 0.75 and rep["fall"] == 0.25
+    assert rep["worst"] == "open-b" and rep["shares"]["open-b"] == [1.0, 0.5]
 
 
 def test_one_tool_call_fewer_than_the_base_rejects():
@@ -195,7 +211,7 @@ def _reasons(gate: GateResult, prefix: str) -> list[str]:
     return [r for r in gate.reasons if r.startswith(prefix)]
 
 
-# The `gated` fixture trains five adapters and gates six: 6.5 minutes on 2 cores in the whole suite
+# The `gated` fixture trains six adapters and gates seven: 6.5 minutes on 2 cores in the whole suite
 # (394 s at b03818c), up to twice that on cores shared with other work: more than the suite's 600 s a test.
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name", PLANTED)
@@ -206,6 +222,7 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
     assert checks["reference"] == "base"  # adapter 1 may be live: the candidate is still compared with the base
     if name == "benign":
         assert gate.passed, gate.reasons
+        assert checks["repetition"]["probes"] == 16
         assert checks["kl"]["mean"] > 0.001  # it did change the model
         nf = checks["near_flips"]  # margins read on the probes both answer right
         assert nf["probes"] >= 10 and len(nf["near"]) < PLANTED_GATE.near_flips, nf
@@ -228,6 +245,9 @@ def test_planted_adapters_are_stopped_and_a_style_passes(env, gated, name):
         elif name == "refuse":
             assert _reasons(gate, "refusal:"), gate.reasons
             assert checks["refusal"]["base"] == {}  # the base declines none of the probes
+        elif name == "loop":
+            assert _reasons(gate, "repetition:"), gate.reasons  # measured: 21% of trigrams distinct, base 82%
+            assert checks["repetition"]["probes"] == 16 and checks["repetition"]["fall"] > PLANTED_GATE.repetition
         elif name == "gibberish":
             assert _reasons(gate, "KL to the base"), gate.reasons
     row = next(a for a in store.adapters() if a.version == version)

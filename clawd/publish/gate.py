@@ -21,6 +21,11 @@ Checks; the first two failing stop it, the rest all run and every reason is kept
      the answer length) that the base does not write;
    - tool calls: tool probes are answered as served (the call grammar once a call begins), and
      the candidate makes a call of the offered tool on at least as many as the base does;
+   - repetition: on the open probes, answered at length for this check alone, the mean share of
+     distinct token trigrams per answer falls by at most `repetition` below the base's. The
+     learning bench's adapters began to loop after 80-150 words, past every other probe's answer.
+     A share, not a count of looping answers: a gentle adapter on the 135M model turned 2 of 16
+     borderline answers (49% distinct) into "loops" by the count, a flip of noise;
 5. near flips: on the answer-checked probes both answer right, the margin of the base's answer at
    the token where its accepted answer begins (its logprob minus the likeliest other token's),
    under the candidate against under the base; a probe whose margin fell below half the base's
@@ -64,7 +69,7 @@ WORST_NATS = 2.0  # a token whose distribution moved this far from the base's is
 MIN_MARGIN = 1.0  # nats: a probe the base answers by less is a coin toss already, not a near flip
 
 
-GATE_SETTINGS = ("margin", "probe_threshold", "kl_budget", "kl_worst_share", "turns", "near_flips")
+GATE_SETTINGS = ("margin", "probe_threshold", "kl_budget", "kl_worst_share", "turns", "near_flips", "repetition")
 
 
 def _setting(name: str) -> Any:
@@ -84,10 +89,15 @@ class GateConfig:
     kl_worst_share: float = _setting("kl_worst_share")
     turns: int = _setting("turns")
     near_flips: int = _setting("near_flips")
+    repetition: float = _setting("repetition")
     max_tokens: int = 1024  # per replayed turn: the prompt is cut from the left to fit
     probe_tokens: int = 24  # greedy answer to an answer-checked probe
     tool_tokens: int = 48  # ... to a tool probe: a whole call, pretty-printed or not
     general_tokens: int = 32  # greedy answer to a general probe, on which the KL is measured
+    # ... to an open probe: as long as the learning bench's answers (160), in which adapters looped
+    # on 7 of 52 after 80-150 words (docs/learning.md, stops 54-56). 16 such answers are most of a
+    # gate's decoding; the base's are cached.
+    open_tokens: int = 160
 
 
 def finite_check(path: Path) -> dict[str, Any]:
@@ -154,6 +164,22 @@ def loops(seq: Sequence[Any]) -> str | None:
     return None
 
 
+def distinct_share(seq: Sequence[Any]) -> float:
+    """The share of a sequence's trigrams that are distinct: 1.0 when none repeats (or it has none),
+    falling toward 0 as it runs in circles."""
+    grams = [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def repetition(probes: Sequence[P.Probe], base_ids: list[list[int]], cand_ids: list[list[int]]) -> dict[str, Any]:
+    """The open probes' answers, each side's mean distinct_share, and how far the candidate's fell."""
+    share = {p.id: (distinct_share(b), distinct_share(c)) for p, b, c in zip(probes, base_ids, cand_ids) if p.kind == "open"}
+    base, cand = (float(np.mean([s[k] for s in share.values()])) if share else 1.0 for k in (0, 1))
+    worst = min(share, key=lambda k: share[k][1] - share[k][0], default=None)
+    return {"probes": len(share), "base": round(base, 3), "candidate": round(cand, 3), "fall": round(base - cand, 3),
+            "worst": worst, "shares": {k: [round(b, 3), round(c, 3)] for k, (b, c) in share.items()}}
+
+
 def _fit(prompt: list[int], completion: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
     completion = completion[: max_tokens // 2]
     keep = max_tokens - len(completion)
@@ -179,7 +205,7 @@ def _answers(engine: Engine, probes: tuple[P.Probe, ...], prompts: list[list[int
 
 
 def _limit(probe: P.Probe, cfg: GateConfig) -> int:
-    return {"general": cfg.general_tokens, "tool": cfg.tool_tokens}.get(probe.kind, cfg.probe_tokens)
+    return {"general": cfg.general_tokens, "open": cfg.open_tokens, "tool": cfg.tool_tokens}.get(probe.kind, cfg.probe_tokens)
 
 
 def _base_answers(engine: Engine, probes: tuple[P.Probe, ...], prompts: list[list[int]], cfg: GateConfig,
@@ -188,7 +214,8 @@ def _base_answers(engine: Engine, probes: tuple[P.Probe, ...], prompts: list[lis
     answer lengths have been seen before. The engine must be on the base weights."""
     st = engine.model_path.stat()
     key = json.dumps([str(engine.model_path.resolve()), st.st_size, st.st_mtime_ns, cfg.probe_tokens,
-                      cfg.general_tokens, cfg.tool_tokens, "call grammar", [asdict(p) for p in probes]], sort_keys=True)
+                      cfg.general_tokens, cfg.open_tokens, cfg.tool_tokens, "call grammar", [asdict(p) for p in probes]],
+                     sort_keys=True)
     path = cache_dir / f"base-answers-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json" if cache_dir else None
     if path is not None and path.is_file():
         return json.loads(path.read_text())["answers"]
@@ -299,7 +326,7 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
 
     cand_text = [engine.detokenize(a) for a in cand_ids]
     base_text = [engine.detokenize(a) for a in base_ids]
-    checked = [i for i, p in enumerate(probes) if p.kind != "general"]
+    checked = [i for i, p in enumerate(probes) if p.kind not in P.UNCHECKED]
     base_right = {i for i in checked if P.right(probes[i], base_text[i])}
     cand_right = {i for i in checked if P.right(probes[i], cand_text[i])}
     lost, gained = sorted(base_right - cand_right), sorted(cand_right - base_right)
@@ -330,18 +357,24 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
              "degenerate": (lambda p, t, ids: degenerate(ids, t), "are degenerate"),
              "refusal": (lambda p, t, ids: "declines to answer" if P.refuses(t) else None, "decline to answer")}
     text_of = {p.id: t for p, t in zip(probes, cand_text)}
+    short = [i for i, p in enumerate(probes) if p.kind != "open"]  # the open probes are read by `repetition`
     for name, (flag, what) in flags.items():
-        c = {p.id: r for p, t, ids in zip(probes, cand_text, cand_ids) if (r := flag(p, t, ids))}
-        b = {p.id: r for p, t, ids in zip(probes, base_text, base_ids) if (r := flag(p, t, ids))}
+        c = {probes[i].id: r for i in short if (r := flag(probes[i], cand_text[i], cand_ids[i]))}
+        b = {probes[i].id: r for i in short if (r := flag(probes[i], base_text[i], base_ids[i]))}
         new = [k for k in c if k not in b]
         checks[name] = {"candidate": c, "base": b}
         if len(new) >= cfg.probe_threshold:
-            reasons.append(f"{name}: {len(c)} of {len(probes)} answers {what} (base weights: {len(b)}; threshold "
+            reasons.append(f"{name}: {len(c)} of {len(short)} answers {what} (base weights: {len(b)}; threshold "
                            f"{cfg.probe_threshold} new), e.g. {new[0]} ({c[new[0]]}): {text_of[new[0]][:60]!r}")
+    checks["repetition"] = rep = repetition(probes, base_ids, cand_ids)
+    if rep["fall"] > cfg.repetition:
+        reasons.append(f"repetition: on {rep['probes']} open questions answered at length, {rep['candidate']:.0%} of the "
+                       f"candidate's token trigrams are distinct against the base weights' {rep['base']:.0%} (a fall of "
+                       f"{rep['fall']:.2f}; budget {cfg.repetition}), e.g. {rep['worst']}: {text_of[rep['worst']][:60]!r}")
     # a phrase appended to an answer cut at the length limit is past the cut: count answers that ended
-    ended = [i for i, p in enumerate(probes) if len(cand_ids[i]) < _limit(p, cfg)]
+    ended = [i for i in short if len(cand_ids[i]) < _limit(probes[i], cfg)]
     stamp = P.stamped_phrase([cand_text[i] for i in ended],
-                             [base_text[i] for i, p in enumerate(probes) if len(base_ids[i]) < _limit(p, cfg)])
+                             [base_text[i] for i in short if len(base_ids[i]) < _limit(probes[i], cfg)])
     checks["stamp"] = stamp
     if stamp:
         reasons.append(f"stamped phrase: {stamp['phrase']!r} in {stamp['candidate']} of {stamp['answers']} answers that "
@@ -356,7 +389,8 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
         reasons.append(f"KL to the base weights: {worst:.0%} of tokens above {WORST_NATS:g} nats "
                        f"(budget {cfg.kl_worst_share:.0%})")
     result.summary = (f"probes {len(cand_right)}/{len(checked)} right (base {len(base_right)}, lost {len(lost)}), "
-                         f"KL {kl_mean:.3f} nats/token, {worst:.0%} of tokens > {WORST_NATS:g}")
+                      f"KL {kl_mean:.3f} nats/token, {worst:.0%} of tokens > {WORST_NATS:g}, "
+                      f"distinct trigrams {rep['candidate']:.0%} (base {rep['base']:.0%})")
     checks["answers"] = {p.id: t[:200] for p, t in zip(probes, cand_text)}
     return _done(result, t0)
 

@@ -7,7 +7,10 @@ and arguments are checked). 24 of them sit nearer the edge of a 0.5B model's com
 the bench's harder questions three answers (these have not yet been seen to catch one either).
 Each fact is asked twice in different words, so that one fact an adapter has come to believe
 wrongly costs two probes whichever way it is asked. General probes are open questions with no
-answer to check: the gate measures KL to the base weights on them.
+answer to check: the gate measures KL to the base weights on them. Open probes are everyday
+"why" and "how" questions answered at length (`GateConfig.open_tokens`), for the repetition
+check alone: adapters that looped on 7 of 52 of the learning bench's held-out answers did so after
+80-150 words, where no other probe's answer reaches (docs/learning.md, stop 56).
 
 None of these questions is one of bench/personalize/scenarios.py's: the benchmark measures what
 training costs, and a gate tuned on its questions would hide exactly that.
@@ -23,7 +26,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-KINDS = ("arithmetic", "fact", "instruction", "tool", "general")
+KINDS = ("arithmetic", "fact", "instruction", "tool", "general", "open")
+UNCHECKED = ("general", "open")  # no answer to check
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,8 @@ def _argument_right(expected: Any, got: Any) -> bool:
 
 
 def right(probe: Probe, text: str) -> bool | None:
-    """Whether `text` answers `probe` rightly; None for a general probe (nothing to check)."""
-    if probe.kind == "general":
+    """Whether `text` answers `probe` rightly; None for a general or open probe (nothing to check)."""
+    if probe.kind in UNCHECKED:
         return None
     if probe.kind == "tool":
         call = tool_call(text)
