@@ -158,7 +158,7 @@ def loops(seq: Sequence[Any]) -> str | None:
     """Why a sequence runs in circles ("a black hole is a black hole is …"), or None: of its
     trigrams (16 at least), fewer than half distinct. Tokens here; words in the learning bench,
     which reads answers as text whatever the model's tokenizer."""
-    grams = [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
+    grams = _trigrams(seq)
     if len(grams) >= 16 and len(set(grams)) / len(grams) < 0.5:
         return f"loops ({len(set(grams))}/{len(grams)} distinct trigrams)"
     return None
@@ -167,8 +167,12 @@ def loops(seq: Sequence[Any]) -> str | None:
 def distinct_share(seq: Sequence[Any]) -> float:
     """The share of a sequence's trigrams that are distinct: 1.0 when none repeats (or it has none),
     falling toward 0 as it runs in circles."""
-    grams = [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
+    grams = _trigrams(seq)
     return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def _trigrams(seq: Sequence[Any]) -> list[tuple[Any, ...]]:
+    return [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
 
 
 def repetition(probes: Sequence[P.Probe], base_ids: list[list[int]], cand_ids: list[list[int]]) -> dict[str, Any]:
