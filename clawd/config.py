@@ -251,9 +251,9 @@ class Settings(BaseSettings):
     gate_kl_worst_share: float = Field(0.05, ge=0, le=1, description="The gate rejects an adapter for which more than "
                                        "this share of those tokens have a KL to the base weights above 2 nats.")
     gate_turns: int = Field(8, ge=0, description="Recent positively judged turns the gate replays.")
-    # Adapters that looped on 7 of 52 of the learning bench's held-out answers had 0.08-0.12 fewer of
-    # their word trigrams distinct than the base's answers (the mean share; one that looped on 4 of 52,
-    # 0.04). Set between, before the gate's own measurement on the 0.5B model (docs/learning.md, stop 56).
+    # Adapters that looped on 6-7 of 52 of the learning bench's held-out answers had 0.078-0.112 fewer
+    # of their token trigrams distinct than the base's answers (the mean share; one that looped on 4 of
+    # 52, 0.036). Set between, chosen on those bench answers (docs/learning.md, stop 56).
     gate_repetition: float = Field(0.05, ge=0, le=1, description="The gate rejects an adapter whose greedy answers "
                                    "to its open questions (answered at length) have on average this much smaller a "
                                    "share of distinct token trigrams than the base weights' answers: it repeats itself.")

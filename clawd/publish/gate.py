@@ -394,7 +394,7 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
                        f"(budget {cfg.kl_worst_share:.0%})")
     result.summary = (f"probes {len(cand_right)}/{len(checked)} right (base {len(base_right)}, lost {len(lost)}), "
                       f"KL {kl_mean:.3f} nats/token, {worst:.0%} of tokens > {WORST_NATS:g}, "
-                      f"distinct trigrams {rep['candidate']:.0%} (base {rep['base']:.0%})")
+                      f"distinct trigrams {rep['candidate']:.3f} (base {rep['base']:.3f}, allowed fall {cfg.repetition:g})")
     checks["answers"] = {p.id: t[:200] for p, t in zip(probes, cand_text)}
     return _done(result, t0)
 
@@ -422,6 +422,7 @@ def _offered(probe: P.Probe) -> set[str]:
 def _done(result: GateResult, t0: float) -> GateResult:
     result.passed = not result.reasons
     result.seconds = round(time.perf_counter() - t0, 2)
-    log.info("gate %s in %.1fs%s", "passed" if result.passed else "REJECTED", result.seconds,
-             "" if result.passed else ": " + "; ".join(result.reasons))
+    # a pass says what it saw too: the log is where a user reads how near an adapter came to a limit
+    detail = result.summary if result.passed else "; ".join(result.reasons)
+    log.info("gate %s in %.1fs%s", "passed" if result.passed else "REJECTED", result.seconds, f": {detail}" if detail else "")
     return result
