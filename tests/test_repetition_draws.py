@@ -22,3 +22,16 @@ def test_draws_prints_one_row_per_run():
     falls = {"runs": {"a": {"fall": [0.1] * 10, "loops": 3, "new_loops": 2, "gone_loops": 1}}}
     lines = draws(falls)
     assert len(lines) == 3 and lines[2].startswith("| a | 3 (2, 1) | 0.100 | 0.000 | 1.00 / 1.00 |")
+
+
+def test_push_ratio_by_hand():
+    from bench.personalize.repetition import push_ratio
+    # rewards 0.6, 0.6, 0.2, 0.6: mean 0.5, spread 0.4 → advantages +0.5, +0.5, -1.5, +0.5 (sum 0);
+    # the rejected answer is 100 tokens, the others 20: negative 150 against positive 30
+    g = {"scorer": "trusted", "answers": [[0.6, True, 20], [0.6, True, 20], [0.2, False, 100], [0.6, True, 20]]}
+    ratio, n = push_ratio([g], margin=0.25)
+    assert n == 1 and abs(ratio - 5.0) < 1e-9
+    # groups the scorer did not decide, or closer than the margin, teach nothing and are not counted
+    close = {"scorer": "trusted", "answers": [[0.5, True, 20], [0.4, False, 90]]}
+    undecided = dict(g, scorer="undecided")
+    assert push_ratio([g, close, undecided], margin=0.25) == (ratio, 1)

@@ -4,6 +4,7 @@ from the learning bench's cached held-out answers (issue 28; docs/learning.md, s
     python -m bench.personalize.repetition read --model "$(bash scripts/qwen-model.sh)" \\
         --base bench/out/cache/base-HASH.json --runs bench/out/cache/loop-*.json
     python -m bench.personalize.repetition draws
+    python -m bench.personalize.repetition push bench/results/personalize-*-grpo-seed*-24turns*.json
 
 `read` re-reads each cached run's 52 held-out answers as the gate reads its open answers (the
 model's tokens, `gate.distinct_share`, `gate.loops`) and writes, per run, each prompt's fall in
@@ -11,7 +12,10 @@ distinct token-trigram share against the base's answer to the same prompt, and w
 to bench/results/repetition-falls.json (the answers themselves stay in the uncommitted cache).
 `draws` prints, per run, the chance that a gate asking n questions drawn like these prompts (each
 prompt's fall resampled with replacement) sees a mean fall above each budget: how often the check
-would reject that adapter.
+would reject that adapter. `push` reads committed run summaries: per run, the ratio of negative to
+positive token-weight in the groups a round could train (trusted, at least the scorer's margin apart;
+each answer's advantage as the loss takes it, `group_advantages` with the spread, times its tokens),
+beside the adapter's degenerate share: is a round mostly a push down?
 """
 
 from __future__ import annotations
@@ -77,6 +81,20 @@ def draws(falls: dict[str, Any]) -> list[str]:
     return lines
 
 
+def push_ratio(groups: list[dict[str, Any]], margin: float) -> tuple[float, int]:
+    """Σ|A·L| over answers with A < 0 over the same for A > 0, and the groups counted: groups as
+    summaries keep them (`scorer.by_group`: answers [reward, accepted, tokens])."""
+    neg = pos = 0.0
+    counted = 0
+    for g in groups:
+        r = np.array([a[0] for a in g["answers"]])  # (K,)
+        if g.get("scorer") != "trusted" or r.max() - r.min() < margin:
+            continue
+        w = (r - r.mean()) * 2 / (r.max() - r.min()) * np.array([a[2] for a in g["answers"]])  # (K,)
+        neg, pos, counted = neg - w[w < 0].sum(), pos + w[w > 0].sum(), counted + 1
+    return (neg / pos if pos else float("nan")), counted
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -85,12 +103,21 @@ def main() -> None:
     r.add_argument("--base", type=Path, required=True)
     r.add_argument("--runs", type=Path, nargs="+", required=True)
     sub.add_parser("draws")
+    sub.add_parser("push").add_argument("summaries", type=Path, nargs="+")
     args = p.parse_args()
     if args.cmd == "read":
         RESULTS.write_text(json.dumps(read(args.model, args.base, args.runs), indent=1) + "\n")
         print(f"wrote {RESULTS}")
-    else:
+    elif args.cmd == "draws":
         print("\n".join(draws(json.loads(RESULTS.read_text()))))
+    else:
+        for path in args.summaries:
+            d = json.loads(path.read_text())
+            sc = d.get("scorer") or {}
+            if sc.get("by_group") and sc.get("margin") is not None:
+                ratio, n = push_ratio(sc["by_group"], sc["margin"])
+                print(f"{path.name}: {n} groups, negative/positive token-weight {ratio:.2f}, "
+                      f"degenerate {d['columns'][d['scenario']]['loop']['degenerate']:.3f}")
 
 
 if __name__ == "__main__":
