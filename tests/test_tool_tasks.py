@@ -129,6 +129,26 @@ def test_a_task_past_its_time_cap_is_killed_and_fails_with_the_reason(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_a_task_whose_agent_left_its_process_group_is_still_capped(tmp_path):
+    # OpenClaw's agent runs on in a session of its own and holds the output pipes: the cap must
+    # still end the task in time, and the agent with it
+    pidfile = tmp_path / "agent.pid"
+    script = ("import os, subprocess, sys\n"
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
+              f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n")  # the parent exits at once
+    t0 = time.monotonic()
+    rc, _, _, why = agent_run([sys.executable, "-c", script], lambda: 0, max_calls=8, cap_s=1, poll_s=0.05)
+    assert rc == "capped" and why == "time cap: over 1 s"
+    assert time.monotonic() - t0 < 30
+    agent = int(pidfile.read_text())
+    for _ in range(100):  # killed, then reaped by init (a zombie meanwhile)
+        if not Path(f"/proc/{agent}").exists() or "Z" in Path(f"/proc/{agent}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the detached agent still runs")
+
+
 def test_a_task_within_its_caps_runs_to_its_end(tmp_path):
     cmd, log = _fake_agent(tmp_path, calls=8, then_sleep=0)  # exactly the cap: allowed
     rc, out, _, why = agent_run(cmd, lambda: _lines(log), max_calls=8, cap_s=60, poll_s=0.05)

@@ -102,8 +102,31 @@ def agent_run(cmd: list[str], calls_so_far: Callable[[], int], max_calls: int, c
                f"time cap: over {cap_s:.0f} s" if time.monotonic() - t0 > cap_s else None)
         if why:
             os.killpg(p.pid, signal.SIGKILL)
-            out, err = p.communicate()
+            # OpenClaw's agent runs on in a session of its own, the command's process group gone,
+            # and keeps the output pipes open: a plain communicate() then waits on it for ever
+            # (nogrammar's exec_python, 2026-12-06: 688 s, ended by hand)
+            for pid in pipe_holders(p.stdout, p.stderr):
+                os.kill(pid, signal.SIGKILL)
+            try:
+                out, err = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                out, err = "", ""
             return "capped", out, err, why
+
+
+def pipe_holders(*pipes) -> list[int]:
+    """Other processes that hold any of these pipes open (Linux /proc), ourselves excepted."""
+    names = {f"pipe:[{os.fstat(f.fileno()).st_ino}]" for f in pipes if f is not None and not f.closed}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in names for fd in os.listdir(f"/proc/{pid}/fd")):
+                found.append(int(pid))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
 
 
 def run_task(task: Task, a: argparse.Namespace, mark: int) -> tuple[dict, int]:
