@@ -33,10 +33,9 @@ BUDGETS = (0.03, 0.05)  # gate_repetition ships at 0.05
 DRAWS = 20000
 
 
-def _heldout(path: Path) -> dict[str, str]:
+def _heldout(cached: dict[str, Any]) -> dict[str, str]:
     """prompt → answer, from a cached base file (eval at the top) or loop run (its last curve point)."""
-    d = json.loads(path.read_text())
-    ev = d["curve"][-1]["eval"] if "curve" in d else d
+    ev = cached["curve"][-1]["eval"] if "curve" in cached else cached
     return {h["prompt"]: h["text"] for h in ev["heldout"]}
 
 
@@ -51,12 +50,13 @@ def read(model: str, base: Path, runs: list[Path]) -> dict[str, Any]:
         ids = vocab.tokenize(text.encode("utf-8"), add_bos=False)
         return distinct_share(ids), bool(loops(ids))
 
-    ref = {p: measure(t) for p, t in _heldout(base).items()}
+    ref = {p: measure(t) for p, t in _heldout(json.loads(base.read_text())).items()}
     out: dict[str, Any] = {"model": Path(model).name, "base": base.name,
                            "base_loops": sum(lp for _, lp in ref.values()), "runs": {}}
     for path in runs:
-        got = {p: measure(t) for p, t in _heldout(path).items() if p in ref}
-        code = json.loads(path.read_text()).get("code", {}).get("commit", "?")[:7]
+        cached = json.loads(path.read_text())
+        got = {p: measure(t) for p, t in _heldout(cached).items() if p in ref}
+        code = cached.get("code", {}).get("commit", "?")[:7]
         out["runs"][f"{path.stem} (code {code})"] = {
             "fall": [round(ref[p][0] - s, 4) for p, (s, _) in got.items()],  # (prompts,)
             "loops": sum(lp for _, lp in got.values()),
@@ -83,14 +83,19 @@ def draws(falls: dict[str, Any]) -> list[str]:
 
 def push_ratio(groups: list[dict[str, Any]], margin: float) -> tuple[float, int]:
     """Σ|A·L| over answers with A < 0 over the same for A > 0, and the groups counted: groups as
-    summaries keep them (`scorer.by_group`: answers [reward, accepted, tokens])."""
+    summaries keep them (`scorer.by_group`: answers [reward, accepted, tokens]), A as the loss
+    takes it (`group_advantages` with the spread)."""
+    import torch
+
+    from clawd.train.loss import group_advantages
+
     neg = pos = 0.0
     counted = 0
     for g in groups:
-        r = np.array([a[0] for a in g["answers"]])  # (K,)
-        if g.get("scorer") != "trusted" or r.max() - r.min() < margin:
+        r = torch.tensor([[a[0] for a in g["answers"]]], dtype=torch.float64)  # (1, K)
+        if g.get("scorer") != "trusted" or float(r.max() - r.min()) < margin:
             continue
-        w = (r - r.mean()) * 2 / (r.max() - r.min()) * np.array([a[2] for a in g["answers"]])  # (K,)
+        w = (group_advantages(r, spread=True)[0] * torch.tensor([a[2] for a in g["answers"]])).numpy()  # (K,)
         neg, pos, counted = neg - w[w < 0].sum(), pos + w[w > 0].sum(), counted + 1
     return (neg / pos if pos else float("nan")), counted
 
