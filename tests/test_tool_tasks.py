@@ -166,3 +166,20 @@ def test_success_rates_carry_a_wilson_interval():
                 "calls_as_text": 0} for i in range(4)]
     s = summarize(details)
     assert s["success"] == 0.75 and s["success_95"] == wilson(3, 4) and s["capped"] == 1
+
+
+def test_an_agent_that_answered_and_does_not_exit_is_ended_and_judged_on_its_answer(tmp_path):
+    # OpenClaw printed its whole --json result, then stayed (its session store's worker): the task
+    # ends `linger_s` after the result, not at the cap, and the result is kept
+    script = "import sys, time\nprint('{\"payloads\": [{\"text\": \"42\"}]}', flush=True)\ntime.sleep(120)\n"
+    t0 = time.monotonic()
+    rc, out, _, why = agent_run([sys.executable, "-c", script], lambda: 1, max_calls=8, cap_s=60, poll_s=0.05,
+                                linger_s=0.5)
+    assert (rc, why) == ("lingered", None) and time.monotonic() - t0 < 30
+    assert json.loads(out) == {"payloads": [{"text": "42"}]}
+    # a result written in pieces is not a result until it is whole
+    script = ("import sys, time\nsys.stdout.write('{\"payloads\": ['); sys.stdout.flush(); time.sleep(1.5)\n"
+              "print(']}', flush=True)\n")
+    rc, out, _, why = agent_run([sys.executable, "-c", script], lambda: 1, max_calls=8, cap_s=60, poll_s=0.05,
+                                linger_s=0.5)
+    assert (rc, why, json.loads(out)) == (0, None, {"payloads": []})

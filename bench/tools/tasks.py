@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -83,35 +84,68 @@ def answer_of(stdout: str) -> tuple[str, dict]:
 
 
 def agent_run(cmd: list[str], calls_so_far: Callable[[], int], max_calls: int, cap_s: float,
-              poll_s: float = 1.0) -> tuple[int | str, str, str, str | None]:
+              poll_s: float = 1.0, linger_s: float = 10.0) -> tuple[int | str, str, str, str | None]:
     """Run one task's OpenClaw command under the task's caps: (rc, stdout, stderr, why capped). Its
     whole process group is killed once the backend has answered more than `max_calls` model calls
     for it (`calls_so_far`, read from the backend's record every `poll_s`), or after `cap_s`
-    seconds; rc is then "capped"."""
+    seconds; rc is then "capped". OpenClaw sometimes prints its whole --json result and then does
+    not exit (its session store's maintenance worker holds on: nogrammar's exec_python and ls_csv,
+    2026-12-06, both ended their run in 7-14 s and were killed at the cap): once stdout holds a
+    complete JSON result and `linger_s` more seconds pass, the command is killed and rc is
+    "lingered", judged on that result like any other."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out: list[str] = []
+    err: list[str] = []
+    readers = [threading.Thread(target=_drain, args=(f, buf), daemon=True) for f, buf in ((p.stdout, out), (p.stderr, err))]
+    for r in readers:
+        r.start()
     t0 = time.monotonic()
+    answered = None  # when stdout first held a complete result
     while True:
-        try:
-            out, err = p.communicate(timeout=poll_s)  # a retry after TimeoutExpired loses no output
-            late = time.monotonic() - t0 > cap_s  # OpenClaw's own --timeout ended it
-            return p.returncode, out, err, (f"time cap: over {cap_s:.0f} s" if late else None)
-        except subprocess.TimeoutExpired:
-            pass
+        for r in readers:
+            r.join(timeout=poll_s / 2)
+        if not any(r.is_alive() for r in readers):  # both pipes at their end
+            try:
+                rc = p.wait(timeout=poll_s)
+                late = time.monotonic() - t0 > cap_s  # OpenClaw's own --timeout ended it
+                return rc, "".join(out), "".join(err), (f"time cap: over {cap_s:.0f} s" if late else None)
+            except subprocess.TimeoutExpired:  # pipes closed, the process not yet gone
+                pass
+        if answered is None and _complete_json("".join(out)):
+            answered = time.monotonic()
         n = calls_so_far()
         why = (f"call cap: {n} model calls, more than {max_calls}" if n > max_calls else
                f"time cap: over {cap_s:.0f} s" if time.monotonic() - t0 > cap_s else None)
-        if why:
-            os.killpg(p.pid, signal.SIGKILL)
+        lingered = answered is not None and time.monotonic() - answered > linger_s
+        if why or lingered:
             # OpenClaw's agent runs on in a session of its own, the command's process group gone,
-            # and keeps the output pipes open: a plain communicate() then waits on it for ever
+            # and keeps the output pipes open: reading to their end then waits for ever
             # (nogrammar's exec_python, 2026-12-06: 688 s, ended by hand)
-            for pid in pipe_holders(p.stdout, p.stderr):
-                os.kill(pid, signal.SIGKILL)
-            try:
-                out, err = p.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                out, err = "", ""
-            return "capped", out, err, why
+            for kill, pid in [(os.killpg, p.pid)] + [(os.kill, h) for h in pipe_holders(p.stdout, p.stderr)]:
+                try:
+                    kill(pid, signal.SIGKILL)
+                except ProcessLookupError:  # gone meanwhile
+                    pass
+            for r in readers:
+                r.join(timeout=30)
+            p.wait(timeout=30)
+            return ("capped" if why else "lingered"), "".join(out), "".join(err), why
+
+
+def _drain(pipe, buf: list[str]) -> None:
+    """Read a pipe to its end into `buf`, a line at a time (a thread per pipe: neither blocks the other)."""
+    for line in iter(pipe.readline, ""):
+        buf.append(line)
+
+
+def _complete_json(text: str) -> bool:
+    if not text.strip():
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def pipe_holders(*pipes) -> list[int]:
