@@ -70,6 +70,30 @@ def test_a_groups_sampling_seeds_are_the_same_in_every_process():
     assert len({answer_seed(7, v, i) for v in (None, 1, 2) for i in range(4)}) == 12  # all different
 
 @fast
+def test_replayed_turns_spread_over_conversations_each_from_its_first_turn(tmp_path):
+    """A round's groups come from as many sessions as there are: one tool task's eight calls must
+    not fill it (seed 1 of the tool bench, 2026-12-06), and a chat retry (the complaint in its
+    prompt) waits until every session's first turn has had its group."""
+    store = Store(tmp_path / "clawd.db")
+    task = [turn(store, "task", f"step {i}", f"call {i}") for i in range(4)]  # one long conversation
+    chat = [turn(store, "chat", "Name a fruit.", "1. Apple"), turn(store, "chat", "No lists please.", "Apple.")]
+    last = turn(store, "last", "Name a colour.", "Red.")
+    for t in task + chat + [last]:
+        verdict(store, t, 1)
+    order = []
+    for _ in range(7):  # as the rollout job takes them: one at a time, each then sampled under the base
+        (t,) = store.rollout_candidates(None, 1, 2)
+        order.append(t.id)
+        store.add_group(group(t, [0.9, 0.1]))
+    assert store.rollout_candidates(None, 1, 2) == [] and not store.has_rollout_candidates(None, 2)
+    assert store.has_rollout_candidates(5, 2) and not store.has_rollout_candidates(5, 1)
+    # one group per session (newest session first, each from its first turn), then the next turns
+    assert order == [last.id, chat[0].id, task[0].id, chat[1].id, task[1].id, task[2].id, task[3].id]
+    # under a new adapter the spread starts again, and a query for several gives the same order
+    assert [t.id for t in store.rollout_candidates(5, 8, 2)] == order
+
+
+@fast
 def test_groups_round_trip_and_only_trusted_on_policy_unused_decided_groups_are_ready(tmp_path):
     store = Store(tmp_path / "clawd.db")
     t = turn(store, "s", "Name a fruit.", "Apple.")
@@ -99,6 +123,7 @@ def test_groups_round_trip_and_only_trusted_on_policy_unused_decided_groups_are_
     assert store.rollout_candidates(None, 8, 9) == [] and store.rollout_candidates(3, 8, 9) == []
     assert [c.id for c in store.rollout_candidates(4, 8, 7)] == [t.id]
     assert store.rollout_candidates(4, 8, 6) == []  # it has 6 sampled groups
+    assert store.has_rollout_candidates(4, 7) and not store.has_rollout_candidates(4, 6)
     # a finished run that used a group leaves it out
     run = store.start_run("combined", [], None)
     store.record_round(run, 1, str(tmp_path / "a"), None, {}, [], {}, group_ids=[ok])

@@ -72,8 +72,8 @@ class Rollouts:
         if trust is not None and trust.mode != "trusted":
             return False
         key = self._verdicts_key()
-        return bool(self.store.corrections(1)) and min(key[0]) >= MIN_EACH and self._no_signal != key and bool(
-            self.store.rollout_candidates(self.engine.adapter_version, 1, REPLAYS))
+        return (bool(self.store.corrections(1)) and min(key[0]) >= MIN_EACH and self._no_signal != key
+                and self.store.has_rollout_candidates(self.engine.adapter_version, REPLAYS))
 
     def _verdicts_key(self) -> tuple:
         """What a fit on the user's verdicts reads, cheaply: ((accepted, rejected), the newest's id)."""

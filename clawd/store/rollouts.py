@@ -26,6 +26,13 @@ _EFFECTIVE = "COALESCE(f.score, j.score)"  # explicit feedback over the judge
 _JUDGED = (f"FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
            f" WHERE {_TRAINABLE} AND {_EFFECTIVE} IN (1, -1)"
            f" AND (trim(COALESCE(t.text, '')) != '' OR COALESCE(t.tool_calls, '[]') != '[]') ORDER BY t.id DESC")
+# What GRPO may replay under adapter :v: trainable turns the user reacted to, not yet sampled under
+# :v, sampled fewer than :replays times in all.
+_CANDIDATES = ("FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
+               f" WHERE {_TRAINABLE} AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
+               " AND NOT EXISTS (SELECT 1 FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled'"
+               "                 AND g.adapter_version IS :v)"
+               " AND (SELECT COUNT(*) FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled') < :replays")
 _USED = "SELECT g.group_id FROM group_uses g JOIN train_runs r ON r.id = g.run_id WHERE r.status = 'done'"
 
 
@@ -45,16 +52,30 @@ class RolloutQueries:
     # -- sampling ---------------------------------------------------------------------------------
     def rollout_candidates(self, adapter_version: int | None, limit: int, replays: int) -> list[Turn]:
         """Trainable main turns with no sampled group under `adapter_version` yet (None: the base
-        weights) and fewer than `replays` in all, newest first: old turns are replayed too, once
-        per adapter, up to `replays` times."""
+        weights) and fewer than `replays` in all: old turns are replayed too, once per adapter, up
+        to `replays` times. Spread over conversations: first the sessions with the fewest groups
+        under this adapter, newest session first, and in a session its earliest turn first. So a
+        round's groups come from as many conversations as there are, each from where the user first
+        asked: newest-first alone gave a tool-learning round all 8 of its groups from one task's
+        consecutive calls (seed 1, 2026-12-06: the gate rejected it, replay 1.32 nats/token down,
+        3 probes lost), and in chat it replays a retry, whose prompt holds the complaint, before
+        the first try that the preference is about. It reads every candidate (20 ms at 5,000
+        turns): `has_rollout_candidates` is the scheduler's cheap question."""
         rows = self._read(
-            "SELECT t.* FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
-            f" WHERE {_TRAINABLE} AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
-            " AND NOT EXISTS (SELECT 1 FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled'"
-            "                 AND g.adapter_version IS ?)"
-            " AND (SELECT COUNT(*) FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled') < ?"
-            " ORDER BY t.id DESC LIMIT ?", (adapter_version, replays, limit))
+            "WITH done AS (SELECT t2.session_id AS session_id, COUNT(*) AS n FROM rollout_groups g2"
+            "              JOIN turns t2 ON t2.id = g2.turn_id"
+            "              WHERE g2.source = 'sampled' AND g2.adapter_version IS :v GROUP BY t2.session_id)"
+            # pass: the round of the spread a turn falls in (its session's groups so far, plus its rank
+            # among the session's candidates): what taking them one at a time would give
+            " SELECT * FROM (SELECT t.*, COALESCE(done.n, 0)"
+            "                + ROW_NUMBER() OVER (PARTITION BY t.session_id ORDER BY t.idx, t.id) AS pass"
+            f" {_CANDIDATES.replace('WHERE', 'LEFT JOIN done ON done.session_id = t.session_id WHERE', 1)})"
+            " ORDER BY pass, session_id DESC, idx, id LIMIT :limit",
+            {"v": adapter_version, "replays": replays, "limit": limit})
         return [self._turn(r) for r in rows]
+
+    def has_rollout_candidates(self, adapter_version: int | None, replays: int) -> bool:
+        return bool(self._read(f"SELECT 1 {_CANDIDATES} LIMIT 1", {"v": adapter_version, "replays": replays}))
 
     def add_group(self, g: RolloutGroup) -> int:
         """Store a group with its answers (and their rewards, if scored) in one transaction."""
