@@ -20,16 +20,15 @@ from .records import NextState, Rollout, RolloutGroup, Turn
 _TRAINABLE = ("t.kind = 'main' AND t.status = 'ok' AND length(t.completion_ids) > 0"
               " AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1)")
 _EFFECTIVE = "COALESCE(f.score, j.score)"  # explicit feedback over the judge
+_JOINS = "FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
 # The user's verdicts on answers, newest first: text, tool calls or both (a call judged by what its
 # tool returned is a verdict on the model's action, and a group sampled on that turn is calls to rank);
 # an empty answer is not one.
-_JUDGED = (f"FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
-           f" WHERE {_TRAINABLE} AND {_EFFECTIVE} IN (1, -1)"
+_JUDGED = (f"{_JOINS} WHERE {_TRAINABLE} AND {_EFFECTIVE} IN (1, -1)"
            f" AND (trim(COALESCE(t.text, '')) != '' OR COALESCE(t.tool_calls, '[]') != '[]') ORDER BY t.id DESC")
 # What GRPO may replay under adapter :v: trainable turns the user reacted to, not yet sampled under
-# :v, sampled fewer than :replays times in all.
-_CANDIDATES = ("FROM turns t LEFT JOIN judgments j ON j.turn_id = t.id LEFT JOIN feedback f ON f.turn_id = t.id"
-               f" WHERE {_TRAINABLE} AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
+# :v, sampled fewer than :replays times in all (the conditions on turns t, judgments j, feedback f).
+_REPLAYABLE = (f"{_TRAINABLE} AND (j.turn_id IS NOT NULL OR f.turn_id IS NOT NULL)"
                " AND NOT EXISTS (SELECT 1 FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled'"
                "                 AND g.adapter_version IS :v)"
                " AND (SELECT COUNT(*) FROM rollout_groups g WHERE g.turn_id = t.id AND g.source = 'sampled') < :replays")
@@ -69,13 +68,13 @@ class RolloutQueries:
             # among the session's candidates): what taking them one at a time would give
             " SELECT * FROM (SELECT t.*, COALESCE(done.n, 0)"
             "                + ROW_NUMBER() OVER (PARTITION BY t.session_id ORDER BY t.idx, t.id) AS pass"
-            f" {_CANDIDATES.replace('WHERE', 'LEFT JOIN done ON done.session_id = t.session_id WHERE', 1)})"
+            f" {_JOINS} LEFT JOIN done ON done.session_id = t.session_id WHERE {_REPLAYABLE})"
             " ORDER BY pass, session_id DESC, idx, id LIMIT :limit",
             {"v": adapter_version, "replays": replays, "limit": limit})
         return [self._turn(r) for r in rows]
 
     def has_rollout_candidates(self, adapter_version: int | None, replays: int) -> bool:
-        return bool(self._read(f"SELECT 1 {_CANDIDATES} LIMIT 1", {"v": adapter_version, "replays": replays}))
+        return bool(self._read(f"SELECT 1 {_JOINS} WHERE {_REPLAYABLE} LIMIT 1", {"v": adapter_version, "replays": replays}))
 
     def add_group(self, g: RolloutGroup) -> int:
         """Store a group with its answers (and their rewards, if scored) in one transaction."""
