@@ -178,8 +178,8 @@ def test_an_agent_that_answered_and_does_not_exit_is_ended_and_judged_on_its_ans
     assert (rc, why) == ("lingered", None) and time.monotonic() - t0 < 30
     assert json.loads(out) == {"payloads": [{"text": "42"}]}
     # a result written in pieces is not a result until it is whole
-    script = ("import sys, time\nsys.stdout.write('{\"payloads\": ['); sys.stdout.flush(); time.sleep(1.5)\n"
-              "print(']}', flush=True)\n")
+    script = ("import sys, time\nprint('{\"payloads\": [', flush=True); time.sleep(1.5)\n"
+              "print(']}', flush=True)\n")  # a whole first line (the pipe is read a line at a time), not yet JSON
     rc, out, _, why = agent_run([sys.executable, "-c", script], lambda: 1, max_calls=8, cap_s=60, poll_s=0.05,
                                 linger_s=0.5)
     assert (rc, why, json.loads(out)) == (0, None, {"payloads": []})
