@@ -115,7 +115,7 @@ def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(t
     to the checker (the retry's last message is the complaint), the daemon's margin."""
     import sqlite3
 
-    from bench.personalize.run import scorer_agreement
+    from bench.personalize.agreement import scorer_agreement
     from clawd.store.records import Rollout, RolloutGroup, Turn
     from clawd.store.store import Store
 
