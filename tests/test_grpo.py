@@ -16,7 +16,7 @@ import pytest
 from rounds import MODEL, add_turn, logprob, rows, settings
 
 from clawd.config import Settings
-from clawd.judge.rollouts import Rollouts, answer_seed
+from clawd.judge.rollouts import Rollouts, answer_seed, refused
 from clawd.judge.scorer import HISTORY, MIN_EACH, Scorer, user_evidence
 from clawd.store.records import Feedback, Judgment, NextState, Rollout, RolloutGroup, ToolCall, Turn
 from clawd.store.store import Store
@@ -305,13 +305,17 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
-    # an answer of no text and no call (the model stopping at once) gets the least reward, unread by the fit
+    # an answer of no text and no call (the model stopping at once), and one that runs in circles in
+    # the form the user accepted (no list), get the least reward, unread by the fit
     said = scored.rollouts[0]
+    circles = "Plums are plums are plums are " * 8
     empty = RolloutGroup(t.id, "sampled", None, 0.9, [Rollout([], ""), Rollout(llama.tokenize("\n")[1:], "\n"),
-                                                      Rollout(said.completion_ids, said.text)])
+                                                      Rollout(said.completion_ids, said.text),
+                                                      Rollout(llama.tokenize(circles)[1:], circles)])
     store.add_group(empty)
     rollouts._score(store.group(empty.id), evidence, user)
-    assert store.group(empty.id).rewards == [0.0, 0.0, pytest.approx(scored.rewards[0], abs=1e-3)]
+    assert store.group(empty.id).rewards == [0.0, 0.0, pytest.approx(scored.rewards[0], abs=1e-3), 0.0]
+    assert scorer.reward(user, evidence, "Name a fruit.", circles) > 0.1  # what the fit alone would have given it
 
 
 def test_a_judged_tool_call_reads_as_the_model_wrote_it_as_its_group_does(tmp_path, llama):
@@ -412,3 +416,13 @@ def test_status_says_a_round_waits_for_turns_and_groups_together():
     grpo_only = TrainingStatus(**{**tr.__dict__, "batch": 0, "ready": 0})  # the grpo method: turns train nothing
     assert "next when 1/8 groups are ready and idle 60s" in training_line(grpo_only, g)
     assert "groups" not in training_line(tr, None)
+
+
+@fast
+def test_a_sampled_answer_that_says_nothing_or_runs_in_circles_is_refused():
+    """refused: empty, or fewer than half of its token trigrams distinct (16 trigrams at least)."""
+    assert refused(Rollout([], "")) and refused(Rollout([5], "  \n"))
+    assert refused(Rollout([1, 2, 3] * 10, "x"))  # 28 trigrams, 3 distinct
+    assert not refused(Rollout(list(range(40)), "x"))  # 38 trigrams, all distinct
+    assert not refused(Rollout([1, 2, 3] * 5, "x"))  # 13 trigrams, 3 distinct: too short to tell
+    assert refused(Rollout([1, 2, 3] * 6, "x"))  # 16 of them: enough

@@ -19,9 +19,10 @@ from publish_util import make_adapter
 from clawd import cli_show
 from clawd.config import Settings, bundled_model_path
 from clawd.engine.engine import Engine, GenInfo, Sampling
+from clawd.engine.repetition import distinct_share
 from clawd.publish import AdapterError, Adapters, GateConfig
 from clawd.publish import probes as P
-from clawd.publish.gate import distinct_share, repetition, tool_calls_kept
+from clawd.publish.gate import repetition, tool_calls_kept
 from clawd.store.records import GateResult, Judgment, Turn
 from clawd.store.store import Store
 

@@ -23,7 +23,7 @@ from bench.personalize.scenarios import (
     preamble,
     signed_off,
 )
-from clawd.publish.gate import loops
+from clawd.engine.repetition import loops
 
 
 def measures(reply: str) -> dict[str, float]:
@@ -39,7 +39,7 @@ def measures(reply: str) -> dict[str, float]:
     - markup: bold spans and heading lines;
     - preamble: 1 if the reply opens with a preamble, else 0;
     - paragraphs: blocks of text between blank lines;
-    - loops: 1 if the reply runs in circles (most of its word trigrams repeats, `gate.loops`), else 0.
+    - loops: 1 if the reply runs in circles (most of its word trigrams repeats, `engine.repetition.loops`), else 0.
     """
     fr, en = _function_words(reply)
     return {

@@ -7,7 +7,7 @@ from the learning bench's cached held-out answers (issue 28; docs/learning.md, s
     python -m bench.personalize.repetition push bench/results/personalize-*-grpo-seed*-24turns*.json
 
 `read` re-reads each cached run's 52 held-out answers as the gate reads its open answers (the
-model's tokens, `gate.distinct_share`, `gate.loops`) and writes, per run, each prompt's fall in
+model's tokens, `engine.repetition`: `distinct_share`, `loops`) and writes, per run, each prompt's fall in
 distinct token-trigram share against the base's answer to the same prompt, and which answers loop,
 to bench/results/repetition-falls.json (the answers themselves stay in the uncommitted cache).
 `draws` prints, per run, the chance that a gate asking n questions drawn like these prompts (each
@@ -42,7 +42,7 @@ def _heldout(cached: dict[str, Any]) -> dict[str, str]:
 def read(model: str, base: Path, runs: list[Path]) -> dict[str, Any]:
     from llama_cpp import Llama
 
-    from clawd.publish.gate import distinct_share, loops
+    from clawd.engine.repetition import distinct_share, loops
 
     vocab = Llama(model, vocab_only=True, verbose=False)
 

@@ -43,7 +43,6 @@ never on the daemon's serving context.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import time
@@ -58,6 +57,7 @@ import numpy as np
 from ..config import Settings
 from ..engine import tool_calls
 from ..engine.engine import Engine, GenInfo, Sampling
+from ..engine.repetition import degenerate, distinct_share
 from ..engine.sampling import log_softmax
 from ..store.records import GateResult
 from ..store.store import Store
@@ -138,41 +138,6 @@ def _rows(engine: Engine, prompt: list[int], completion: list[int]) -> Iterator[
 def score(engine: Engine, prompt: list[int], completion: list[int]) -> list[float]:
     """log p(completion[i] | prompt + completion[:i]), one per completion token."""
     return [float(row[t]) for row, t in zip(_rows(engine, prompt, completion), completion)]
-
-
-def degenerate(ids: list[int], text: str) -> str | None:
-    """Why an answer is degenerate, or None: empty, one token repeated 8 times in a row, or
-    most of its token trigrams repeats."""
-    if not text.strip():
-        return "empty"
-    run = best = 1
-    for a, b in itertools.pairwise(ids):
-        run = run + 1 if a == b else 1
-        best = max(best, run)
-    if best >= 8:
-        return f"token repeated {best}×"
-    return loops(ids)
-
-
-def loops(seq: Sequence[Any]) -> str | None:
-    """Why a sequence runs in circles ("a black hole is a black hole is …"), or None: of its
-    trigrams (16 at least), fewer than half distinct. Tokens here; words in the learning bench,
-    which reads answers as text whatever the model's tokenizer."""
-    grams = _trigrams(seq)
-    if len(grams) >= 16 and len(set(grams)) / len(grams) < 0.5:
-        return f"loops ({len(set(grams))}/{len(grams)} distinct trigrams)"
-    return None
-
-
-def distinct_share(seq: Sequence[Any]) -> float:
-    """The share of a sequence's trigrams that are distinct: 1.0 when none repeats (or it has none),
-    falling toward 0 as it runs in circles."""
-    grams = _trigrams(seq)
-    return len(set(grams)) / len(grams) if grams else 1.0
-
-
-def _trigrams(seq: Sequence[Any]) -> list[tuple[Any, ...]]:
-    return [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
 
 
 def repetition(probes: Sequence[P.Probe], base_ids: list[list[int]], cand_ids: list[list[int]]) -> dict[str, Any]:
