@@ -146,7 +146,8 @@ def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(t
     assert got["groups"] == 1 and got["pairs"] == 2 and got["margin"] == 0.25
     # the pairs' reward gaps: prose - listed = 0.9 - 0.2 = +0.7 (decided, right) and 0.9 - 0.95 = -0.05 (under the margin)
     assert got["auc"] == 0.5 and got["decided"] == 0.5 and got["wrong_sign"] == 0.0
-    assert got["by_group"] == [{"scorer": "trusted", "answers": [(0.9, True, 19), (0.2, False, 14), (0.95, False, 14)]}]
+    assert got["by_group"] == [{"scorer": "trusted", "answers": [(0.9, True, 19), (0.2, False, 14), (0.95, False, 14)],
+                                "loops": 0}]
     # length alone ranks the 14-word lists above the 19-word prose in both (passes, fails) pairs
     assert got["length_auc"] == 0.0
     # decided pairs: prose 0.9 over list 0.2 favours the longer (0); list 0.95 over list 0.2, the same length (1/2)

@@ -11,6 +11,7 @@ import numpy as np
 
 from bench.personalize.evaluate import Daemon
 from bench.personalize.scenarios import Scenario, accepts
+from clawd.engine.repetition import loops
 
 
 def judge_agreement(d: Daemon, turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -37,7 +38,8 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
     """GRPO's scorer on the groups the daemon sampled, against the simulated user's verdict
     (scenarios.accepts: the scenario's checker, and saying something): over every
     (passes, fails) pair of answers within a group, the AUC, and at the daemon's margin the shares
-    decided and decided the wrong way; each group's (reward, passes, words) kept for a re-grade. The
+    decided and decided the wrong way; each group's (reward, passes, words) kept for a re-grade, and
+    how many of its answers loop (measures' rule, on words: the daemon gives those the least reward). The
     checker is asked about the session's first question (a retry's last message is the complaint).
     Beside them, what answer length alone would have done: length_auc ranks the shorter of each
     (passes, fails) pair first, and shorter_first is the share of pairs the scorer decided (any two
@@ -49,7 +51,8 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
         question = next(m["content"] for m in json.loads(g["request"])["messages"] if m["role"] == "user")
         answers = d.rows("SELECT text, reward FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
         groups.append({"scorer": g["scorer"], "answers": [(a["reward"], accepts(sc, question, a["text"]), len(a["text"].split()))
-                                                          for a in answers]})
+                                                          for a in answers],
+                       "loops": sum(loops(a["text"].lower().split()) is not None for a in answers)})
     margin = ((d.status().get("grpo") or {}).get("scorer") or {}).get("margin")
     at = max(margin if margin is not None else 0.0, 1e-9)
     checked = [(r1 - r2, w2 - w1) for g in groups for r1, ok1, w1 in g["answers"] if ok1
