@@ -305,17 +305,19 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     trust = scorer.cached()  # each scenario's last case scored by a fit on its first HISTORY
     assert trust is not None and trust.cases == 2 and trust.measured["pairs"] == 2
     assert (tmp_path / "judge").is_dir() and Scorer(judge, tmp_path / "judge", 0.03, cases).cached() == trust
-    # an answer of no text and no call (the model stopping at once), and one that runs in circles in
-    # the form the user accepted (no list), get the least reward, unread by the fit
+    # an answer of no text and no call (the model stopping at once), one that runs in circles in the
+    # form the user accepted (no list), and the question back get the least reward, unread by the fit
     said = scored.rollouts[0]
-    circles = "Plums are plums are plums are " * 8
+    circles, echo = "Plums are plums are plums are " * 8, "Name three fruits."
     empty = RolloutGroup(t.id, "sampled", None, 0.9, [Rollout([], ""), Rollout(llama.tokenize("\n")[1:], "\n"),
                                                       Rollout(said.completion_ids, said.text),
-                                                      Rollout(llama.tokenize(circles)[1:], circles)])
+                                                      Rollout(llama.tokenize(circles)[1:], circles),
+                                                      Rollout(llama.tokenize(echo)[1:], echo)])
     store.add_group(empty)
     rollouts._score(store.group(empty.id), evidence, user)
-    assert store.group(empty.id).rewards == [0.0, 0.0, pytest.approx(scored.rewards[0], abs=1e-3), 0.0]
-    assert scorer.reward(user, evidence, "Name a fruit.", circles) > 0.1  # what the fit alone would have given it
+    assert store.group(empty.id).rewards == [0.0, 0.0, pytest.approx(scored.rewards[0], abs=1e-3), 0.0, 0.0]
+    # what the fit alone would have given them
+    assert min(scorer.reward(user, evidence, "Name three fruits.", a) for a in (circles, echo)) > 0.1
 
 
 def test_a_judged_tool_call_reads_as_the_model_wrote_it_as_its_group_does(tmp_path, llama):
@@ -419,10 +421,16 @@ def test_status_says_a_round_waits_for_turns_and_groups_together():
 
 
 @fast
-def test_a_sampled_answer_that_says_nothing_or_runs_in_circles_is_refused():
-    """refused: empty, or fewer than half of its token trigrams distinct (16 trigrams at least)."""
-    assert refused(Rollout([], "")) and refused(Rollout([5], "  \n"))
-    assert refused(Rollout([1, 2, 3] * 10, "x"))  # 28 trigrams, 3 distinct
-    assert not refused(Rollout(list(range(40)), "x"))  # 38 trigrams, all distinct
-    assert not refused(Rollout([1, 2, 3] * 5, "x"))  # 13 trigrams, 3 distinct: too short to tell
-    assert refused(Rollout([1, 2, 3] * 6, "x"))  # 16 of them: enough
+def test_a_sampled_answer_that_says_nothing_runs_in_circles_or_echoes_is_refused():
+    """refused: empty, fewer than half of its token trigrams distinct (16 trigrams at least), or the
+    question back."""
+    q = "Read note.txt and tell me the code word in it."
+    assert refused(Rollout([], ""), q) and refused(Rollout([5], "  \n"), q)
+    assert refused(Rollout([1, 2, 3] * 10, "x"), q)  # 28 trigrams, 3 distinct
+    assert not refused(Rollout(list(range(40)), "x"), q)  # 38 trigrams, all distinct
+    assert not refused(Rollout([1, 2, 3] * 5, "x"), q)  # 13 trigrams, 3 distinct: too short to tell
+    assert refused(Rollout([1, 2, 3] * 6, "x"), q)  # 16 of them: enough
+    # the question repeated back (ranked first of its group by the fit on the tool bench, 0.52)
+    assert refused(Rollout(list(range(12)), q), q) and refused(Rollout(list(range(12)), "read note.txt, and tell me the code word"), q)
+    assert not refused(Rollout(list(range(12)), "The code word in note.txt is heron."), q)
+    assert not refused(Rollout(list(range(12)), '{"name": "read", "arguments": {"path": "note.txt"}}'), q)

@@ -19,7 +19,7 @@ from publish_util import make_adapter
 from clawd import cli_show
 from clawd.config import Settings, bundled_model_path
 from clawd.engine.engine import Engine, GenInfo, Sampling
-from clawd.engine.repetition import distinct_share
+from clawd.engine.repetition import distinct_share, echoes
 from clawd.publish import AdapterError, Adapters, GateConfig
 from clawd.publish import probes as P
 from clawd.publish.gate import repetition, tool_calls_kept
@@ -76,8 +76,8 @@ def test_grading():
     assert P.right(timer, '{"name": "set_timer", "arguments": {"minutes": "10"}}')
 
     q = "What is the capital of Germany?"
-    assert P.echoes(q, "What is the capital of Germany?") and P.echoes(q, "what is the capital of germany")
-    assert not P.echoes(q, "The capital of Germany is Berlin.") and not P.echoes(q, "Berlin")
+    assert echoes(q, "What is the capital of Germany?") and echoes(q, "what is the capital of germany")
+    assert not echoes(q, "The capital of Germany is Berlin.") and not echoes(q, "Berlin")
 
     for no in ("I'm sorry, but I can't assist with that.", "I’m sorry, but I can’t help with that request.",
                "Sorry, I cannot answer that.", "I apologize, but I am unable to provide that information.",

@@ -1,10 +1,12 @@
-"""What makes an answer degenerate, read from its tokens: shared by the gate (an adapter whose
-answers are degenerate or repeat themselves more than the base's is rejected) and GRPO's scorer (a
-sampled answer that is degenerate gets the least reward, whatever the user's form it is in)."""
+"""What makes an answer say nothing, read from its tokens and words: shared by the gate (an adapter
+whose answers are degenerate, echo their question or repeat themselves more than the base's is
+rejected) and GRPO's scorer (a sampled answer that loops or echoes gets the least reward, whatever
+the user's form it is in)."""
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,3 +44,24 @@ def distinct_share(seq: Sequence[Any]) -> float:
 
 def _trigrams(seq: Sequence[Any]) -> list[tuple[Any, ...]]:
     return [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words and numbers ("don't" one word): how the probes and the echo check read text."""
+    return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
+
+
+# An echo is made of the question's words: at least this share of them, and no word the question
+# lacks but these (a fraction of words; "The capital of Germany is Berlin." has new content).
+ECHO_COVER = 0.8
+_FUNCTION_WORDS = frozenset("a an the is are was it of to in and or so do does you i".split())
+
+
+def echoes(question: str, answer: str) -> bool:
+    """The answer repeats the question back, word for word or nearly, and adds nothing."""
+    q, a = set(words(question)), words(answer)
+    if len(a) < 3 or not q:
+        return False
+    covered = len(q & set(a)) / len(q)
+    new = [w for w in a if w not in q and w not in _FUNCTION_WORDS]
+    return covered >= ECHO_COVER and not new

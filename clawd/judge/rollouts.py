@@ -28,7 +28,7 @@ from typing import Any
 from ..config import Settings
 from ..engine.background import Cancelled
 from ..engine.engine import Engine
-from ..engine.repetition import loops
+from ..engine.repetition import echoes, loops
 from ..store.records import Rollout, RolloutGroup, Turn, sampling_temperature
 from ..store.store import Store
 from .scorer import MIN_EACH, USER_ANSWERS, Scorer, UserFit, last_user_text, user_evidence
@@ -214,20 +214,22 @@ class Rollouts:
             return
         question = last_user_text(turn)
         # An answer of no text and no call shows the user nothing (OpenClaw asks the model again, then
-        # fails the turn), and one that runs in circles ("a black hole is a black hole is …") says
-        # nothing either: never what anyone asked for, so the least reward. The fit is not asked: it
-        # never sees such an answer among the user's verdicts, extrapolated an empty one to 0.86 on tool
-        # tasks, and reads a loop by its form, which a "no lists" or "one paragraph" user's fit favours.
-        out = [refused(r) for r in g.rollouts]
+        # fails the turn); one that runs in circles ("a black hole is a black hole is …") or repeats
+        # the question back says nothing either: never what anyone asked for, so the least reward. The
+        # fit is not asked: it never sees such an answer among the user's verdicts, extrapolated an
+        # empty one to 0.86 and ranked echoes first on tool tasks, and reads a loop by its form, which
+        # a "no lists" or "one paragraph" user's fit favours.
+        out = [refused(r, question) for r in g.rollouts]
         rewards = [0.0 if no else round(self.scorer.reward(user, evidence, question, r.text, stop), 4)
                    for r, no in zip(g.rollouts, out)]
         mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
         self.store.score_group(g.id, rewards, mode, evidence)
         log.info("turn %d: group of %d scored %s (%s)%s", g.turn_id, len(rewards), " ".join(f"{r:.2f}" for r in rewards),
-                 mode, f"; {sum(out)} empty or looping, given the least" if any(out) else "")
+                 mode, f"; {sum(out)} empty, looping or echoing, given the least" if any(out) else "")
 
 
-def refused(r: Rollout) -> bool:
-    """A sampled answer no user wants, whatever the scorer reads in it: empty, or running in circles
-    (engine.repetition.loops on its tokens, the gate's rule for a degenerate answer)."""
-    return not r.text.strip() or loops(r.completion_ids) is not None
+def refused(r: Rollout, question: str) -> bool:
+    """A sampled answer no user wants, whatever the scorer reads in it: empty, running in circles
+    (`loops` on its tokens, the gate's rule for a degenerate answer), or the user's question
+    repeated back (`echoes`, the gate's rule for its probes)."""
+    return not r.text.strip() or loops(r.completion_ids) is not None or echoes(question, r.text)

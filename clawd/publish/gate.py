@@ -57,7 +57,7 @@ import numpy as np
 from ..config import Settings
 from ..engine import tool_calls
 from ..engine.engine import Engine, GenInfo, Sampling
-from ..engine.repetition import degenerate, distinct_share
+from ..engine.repetition import degenerate, distinct_share, echoes
 from ..engine.sampling import log_softmax
 from ..store.records import GateResult
 from ..store.store import Store
@@ -322,7 +322,7 @@ def run_gate(engine: Engine, candidate: Path, store: Store, exclude: set[int], c
     if lost_calls:
         reasons.append(lost_calls)
 
-    flags = {"echo": (lambda p, t, ids: "repeats its question" if P.echoes(p.q, t) else None, "repeat their question back"),
+    flags = {"echo": (lambda p, t, ids: "repeats its question" if echoes(p.q, t) else None, "repeat their question back"),
              "degenerate": (lambda p, t, ids: degenerate(ids, t), "are degenerate"),
              "refusal": (lambda p, t, ids: "declines to answer" if P.refuses(t) else None, "decline to answer")}
     text_of = {p.id: t for p, t in zip(probes, cand_text)}

@@ -26,6 +26,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from ..engine.repetition import words
+
 KINDS = ("arithmetic", "fact", "instruction", "tool", "general", "open")
 UNCHECKED = ("general", "open")  # no answer to check
 
@@ -58,10 +60,6 @@ def load_probes() -> tuple[Probe, ...]:
     return tuple(probes)
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
-
-
 def accepted_at(text: str, accepted: tuple[str, ...]) -> list[int]:
     """Where in `text` an accepted answer begins, as a whole word, so that "2" is not found in "12"
     nor "cat" in "catch" (case-blind: the accepted answers are written in lower case)."""
@@ -78,10 +76,10 @@ def _letters(text: str) -> str:
 
 
 FORMATS = {
-    "one_word": lambda t: len(_words(t)) == 1,
+    "one_word": lambda t: len(words(t)) == 1,
     "uppercase": lambda t: bool(_letters(t)) and _letters(t).isupper(),
     "lowercase": lambda t: bool(_letters(t)) and _letters(t).islower(),
-    "yes_no": lambda t: _words(t) in (["yes"], ["no"]),
+    "yes_no": lambda t: words(t) in (["yes"], ["no"]),
     "number": lambda t: re.fullmatch(r"\s*-?\d[\d,]*(?:\.\d+)?\s*\.?\s*", t) is not None,
 }
 
@@ -131,22 +129,6 @@ def right(probe: Probe, text: str) -> bool | None:
     return ok
 
 
-# An echo is made of the question's words: at least this share of them, and no word the question
-# lacks but these (a fraction of words; "The capital of Germany is Berlin." has new content).
-ECHO_COVER = 0.8
-_FUNCTION_WORDS = frozenset("a an the is are was it of to in and or so do does you i".split())
-
-
-def echoes(question: str, answer: str) -> bool:
-    """The answer repeats the question back, word for word or nearly, and adds nothing."""
-    q, a = set(_words(question)), _words(answer)
-    if len(a) < 3 or not q:
-        return False
-    covered = len(q & set(a)) / len(q)
-    new = [w for w in a if w not in q and w not in _FUNCTION_WORDS]
-    return covered >= ECHO_COVER and not new
-
-
 # A refusal opens the answer: an apology or "I", then that it cannot or will not. Every probe is a
 # harmless question, so an adapter that newly refuses one has learned to refuse (seen on no_lists:
 # a second adapter answered two of the probes it lost "I'm sorry, but I can't assist with that.").
@@ -164,7 +146,7 @@ STAMP_WORDS = 4  # an n-gram this long that recurs across unrelated answers is s
 
 
 def _grams(text: str, n: int = STAMP_WORDS) -> set[tuple[str, ...]]:
-    w = _words(text)
+    w = words(text)
     return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
 
 
