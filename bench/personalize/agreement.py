@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from bench.personalize.evaluate import Daemon
+from bench.personalize.measures import runs_in_circles
 from bench.personalize.scenarios import Scenario, accepts
-from clawd.engine.repetition import loops
 
 
 def judge_agreement(d: Daemon, turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
         answers = d.rows("SELECT text, reward FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
         groups.append({"scorer": g["scorer"], "answers": [(a["reward"], accepts(sc, question, a["text"]), len(a["text"].split()))
                                                           for a in answers],
-                       "loops": sum(loops(a["text"].lower().split()) is not None for a in answers)})
+                       "loops": sum(runs_in_circles(a["text"]) for a in answers)})
     margin = ((d.status().get("grpo") or {}).get("scorer") or {}).get("margin")
     at = max(margin if margin is not None else 0.0, 1e-9)
     checked = [(r1 - r2, w2 - w1) for g in groups for r1, ok1, w1 in g["answers"] if ok1

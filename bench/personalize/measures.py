@@ -26,6 +26,12 @@ from bench.personalize.scenarios import (
 from clawd.engine.repetition import loops
 
 
+def runs_in_circles(reply: str) -> bool:
+    """The reply loops: `engine.repetition.loops` on its words, as the bench reads any answer
+    (text, whatever the model's tokenizer)."""
+    return loops(reply.lower().split()) is not None
+
+
 def measures(reply: str) -> dict[str, float]:
     """The continuous measures of one reply (pure): each a number, so a mean over prompts is defined.
 
@@ -54,7 +60,7 @@ def measures(reply: str) -> dict[str, float]:
         "markup": float(len(_MARKUP.findall(reply))),
         "preamble": float(preamble(reply)),
         "paragraphs": float(sum(1 for block in reply.strip().split("\n\n") if block.strip())),
-        "loops": float(loops(reply.lower().split()) is not None),
+        "loops": float(runs_in_circles(reply)),
     }
 
 
