@@ -19,16 +19,18 @@ changes). A group and its scores are each written in one transaction.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import Settings
 from ..engine.background import Cancelled
 from ..engine.engine import Engine
 from ..engine.repetition import echoes, loops
+from ..engine.tool_calls import parse_tool_calls
 from ..store.records import Rollout, RolloutGroup, Turn, sampling_temperature
 from ..store.store import Store
 from .scorer import MIN_EACH, USER_ANSWERS, Scorer, UserFit, last_user_text, user_evidence
@@ -212,24 +214,61 @@ class Rollouts:
         if user is None:  # nothing to score against: no words of the user's (refused, or excluded), or no fit yet
             self.store.score_group(g.id, [0.0] * len(g.rollouts), "undecided", evidence)
             return
-        question = last_user_text(turn)
+        question, made = last_user_text(turn), last_calls(turn.request)
         # An answer of no text and no call shows the user nothing (OpenClaw asks the model again, then
-        # fails the turn); one that runs in circles ("a black hole is a black hole is …") or repeats
-        # the question back says nothing either: never what anyone asked for, so the least reward. The
-        # fit is not asked: it never sees such an answer among the user's verdicts, extrapolated an
-        # empty one to 0.86 and ranked echoes first on tool tasks, and reads a loop by its form, which
-        # a "no lists" or "one paragraph" user's fit favours.
-        out = [refused(r, question) for r in g.rollouts]
+        # fails the turn); one that runs in circles ("a black hole is a black hole is …"), repeats
+        # the question back, or makes again the call whose result the prompt ends with says nothing
+        # either: never what anyone asked for, so the least reward. The fit is not asked: it never
+        # sees such an answer among the user's verdicts, extrapolated an empty one to 0.86 and ranked
+        # echoes first on tool tasks, and reads a loop by its form, which a "no lists" or "one
+        # paragraph" user's fit favours.
+        out = [refused(r, question, made) for r in g.rollouts]
         rewards = [0.0 if no else round(self.scorer.reward(user, evidence, question, r.text, stop), 4)
                    for r, no in zip(g.rollouts, out)]
         mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
         self.store.score_group(g.id, rewards, mode, evidence)
         log.info("turn %d: group of %d scored %s (%s)%s", g.turn_id, len(rewards), " ".join(f"{r:.2f}" for r in rewards),
-                 mode, f"; {sum(out)} empty, looping or echoing, given the least" if any(out) else "")
+                 mode, f"; {sum(out)} empty, looping, echoing or repeating a call, given the least" if any(out) else "")
 
 
-def refused(r: Rollout, question: str) -> bool:
+def refused(r: Rollout, question: str, made: Sequence[tuple[str, Any]] = ()) -> bool:
     """A sampled answer no user wants, whatever the scorer reads in it: empty, running in circles
-    (`loops` on its tokens, the gate's rule for a degenerate answer), or the user's question
-    repeated back (`echoes`, the gate's rule for its probes)."""
-    return not r.text.strip() or loops(r.completion_ids) is not None or echoes(question, r.text)
+    (`loops` on its tokens, the gate's rule for a degenerate answer), the user's question repeated
+    back (`echoes`, the gate's rule for its probes), or only calls already `made` (`last_calls`)."""
+    return (not r.text.strip() or loops(r.completion_ids) is not None or echoes(question, r.text)
+            or repeats(r.text, made))
+
+
+def last_calls(request: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The calls whose results the prompt ends with: (name, parsed arguments) of each call of the
+    last assistant message, when nothing but their tool results follows it; [] otherwise (a user's
+    word after a call may ask for it again: "run it once more")."""
+    msgs = request.get("messages", [])
+    for i in range(len(msgs) - 1, -1, -1):
+        if msgs[i].get("role") == "assistant":
+            if i + 1 == len(msgs) or any(m.get("role") != "tool" for m in msgs[i + 1:]):
+                return []
+            calls = msgs[i].get("tool_calls") or []
+            return [(c["function"].get("name"), _arguments(c["function"].get("arguments")))
+                    for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+    return []
+
+
+def repeats(text: str, made: Sequence[tuple[str, Any]]) -> bool:
+    """Is this answer only calls already `made`, the same tool with the same arguments? The result
+    is in the prompt; asking again learns nothing. On the tool bench an adapter repeated one call
+    until the 8-call cap on 5 of 8 held-out tasks (the base on none)."""
+    if not made:
+        return False
+    _, calls = parse_tool_calls(text, {name for name, _ in made})
+    return bool(calls) and all((c.name, _arguments(c.arguments)) in made for c in calls)
+
+
+def _arguments(raw: Any) -> Any:
+    """A call's arguments as data (a client may send the JSON text or the object)."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
