@@ -115,9 +115,12 @@ def test_groups_round_trip_and_only_trusted_on_policy_unused_decided_groups_are_
     assert [g.id for g in store.unscored_groups(8)] == [unscored]
     store.score_group(unscored, [0.2, 0.7], "trusted", ["Shorter."])
     assert store.group(unscored).rewards == [0.2, 0.7] and store.group(unscored).evidence == ["Shorter."]
+    assert [r.refused for r in store.group(unscored).rollouts] == [False, False]
     assert store.ready_groups(None, 8) == [ok, unscored]
     with pytest.raises(ValueError):
         store.score_group(ok, [1.0], "trusted", [])
+    with pytest.raises(ValueError):
+        store.score_group(ok, [0.9, 0.1, 0.5], "trusted", [], [True])
     # a turn with a sampled group under the base weights is not a candidate again until another adapter
     # is live, and then only while it has been replayed under fewer adapters than the bound
     assert store.rollout_candidates(None, 8, 9) == [] and store.rollout_candidates(3, 8, 9) == []
@@ -219,6 +222,13 @@ def test_group_samples_carry_their_group_advantage_and_steps_keep_groups_whole(t
                                                                                     Rollout([9, 9, 9], "b c d", [], 1.0)], "hindsight")))
     neutral = group_samples([(lengthy, t2), (pair, t3)], ChatTemplate(CHATML), lambda s: [1, 2, 3], 512, length_neutral=True)
     assert [s.reward for s in neutral] == pytest.approx([0.0, 0.0, 0.1, -0.1, -0.5, 0.5], abs=1e-6)
+    # a refused answer (the scorer's floor: a loop, an echo) keeps its 0 in the group's mean and
+    # spread, so the others are pushed up as better than it, but its own tokens are not pushed down
+    looped = store.add_group(group(t, [0.6, 0.6, 0.6, 0.6]))
+    store.score_group(looped, [0.6, 0.0, 0.6, 0.4], "trusted", ["Shorter."], [False, True, False, False])
+    floored = group_samples([(store.group(looped), t)], ChatTemplate(CHATML), lambda s: [1, 2, 3], 512, spread=True)
+    # mean 0.4, spread 0.6: (0.2, -0.4, 0.2, 0.0) * 2 / 0.6, the refused one's set to 0
+    assert [s.reward for s in floored] == pytest.approx([2 / 3, 0.0, 2 / 3, 0.0])
     plan = group_plan([4, 2], offset=3, minibatch=1, epochs=2, seed=0)
     assert len(plan) == 4 and sorted(map(tuple, plan[:2])) == [(3, 4, 5, 6), (7, 8)] == sorted(map(tuple, plan[2:]))
 
@@ -316,6 +326,7 @@ def test_groups_are_sampled_on_the_background_context_and_scored(tmp_path, llama
     store.add_group(empty)
     rollouts._score(store.group(empty.id), evidence, user)
     assert store.group(empty.id).rewards == [0.0, 0.0, pytest.approx(scored.rewards[0], abs=1e-3), 0.0, 0.0]
+    assert [r.refused for r in store.group(empty.id).rollouts] == [True, True, False, True, True]
     # what the fit alone would have given them
     assert min(scorer.reward(user, evidence, "Name three fruits.", a) for a in (circles, echo)) > 0.1
 

@@ -226,7 +226,7 @@ class Rollouts:
         rewards = [0.0 if no else round(self.scorer.reward(user, evidence, question, r.text, stop), 4)
                    for r, no in zip(g.rollouts, out)]
         mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
-        self.store.score_group(g.id, rewards, mode, evidence)
+        self.store.score_group(g.id, rewards, mode, evidence, out)
         log.info("turn %d: group of %d scored %s (%s)%s", g.turn_id, len(rewards), " ".join(f"{r:.2f}" for r in rewards),
                  mode, f"; {sum(out)} empty, looping, echoing or repeating a call, given the least" if any(out) else "")
 

@@ -170,4 +170,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "006_rollout_refused",
+        """
+        -- an answer the scorer refused (empty, looping, echoing, a repeated call: judge/rollouts.refused):
+        -- reward 0, counted in its group's mean, its own tokens never trained on
+        ALTER TABLE rollouts ADD COLUMN refused INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 ]

@@ -98,6 +98,10 @@ class Rollout:
     text: str
     logprobs: list[float] = field(default_factory=list)  # the engine's, at T = 1, one per id ([] for hindsight)
     reward: float | None = None  # the scorer's, in [0, 1]; None until scored
+    # Refused by the scorer (judge/rollouts.refused: empty, looping, echoing, a call repeated):
+    # reward 0 in its group's mean, so the answers beside it are pushed up as better than one that
+    # says nothing, but its own tokens are not pushed down (batches.group_samples).
+    refused: bool = False
     id: int | None = None
 
 

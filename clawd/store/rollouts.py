@@ -84,9 +84,9 @@ class RolloutQueries:
              (g.turn_id, g.source, g.adapter_version, g.temperature, g.scorer, json.dumps(g.evidence), time.time(),
               time.time() if g.scorer is not None else None)),
             # inside BEGIN IMMEDIATE no other writer runs: the newest group is the one just inserted
-            ("INSERT INTO rollouts (group_id, k, completion_ids, logprobs, text, reward)"
-             " VALUES ((SELECT MAX(id) FROM rollout_groups), ?, ?, ?, ?, ?)",
-             [(k, array("i", r.completion_ids).tobytes(), array("f", r.logprobs).tobytes(), r.text, r.reward)
+            ("INSERT INTO rollouts (group_id, k, completion_ids, logprobs, text, reward, refused)"
+             " VALUES ((SELECT MAX(id) FROM rollout_groups), ?, ?, ?, ?, ?, ?)",
+             [(k, array("i", r.completion_ids).tobytes(), array("f", r.logprobs).tobytes(), r.text, r.reward, int(r.refused))
               for k, r in enumerate(g.rollouts)]),
         ])
         assert group_id is not None
@@ -102,7 +102,7 @@ class RolloutQueries:
         return RolloutGroup(
             turn_id=r["turn_id"], source=r["source"], adapter_version=r["adapter_version"], temperature=r["temperature"],
             rollouts=[Rollout(completion_ids=_ints(a["completion_ids"]), text=a["text"], logprobs=_floats(a["logprobs"]),
-                              reward=a["reward"], id=a["id"]) for a in answers],
+                              reward=a["reward"], refused=bool(a["refused"]), id=a["id"]) for a in answers],
             scorer=r["scorer"], evidence=json.loads(r["evidence"]), id=r["id"])
 
     # -- scoring ----------------------------------------------------------------------------------
@@ -113,13 +113,17 @@ class RolloutQueries:
             " AND t.session_id NOT IN (SELECT id FROM sessions WHERE excluded = 1) ORDER BY g.id LIMIT ?", (limit,))
         return [g for r in rows if (g := self.group(r[0])) is not None]
 
-    def score_group(self, group_id: int, rewards: list[float], scorer: str, evidence: list[str]) -> None:
-        """Every answer's reward and the group's scorer, in one transaction."""
+    def score_group(self, group_id: int, rewards: list[float], scorer: str, evidence: list[str],
+                    refused: list[bool] | None = None) -> None:
+        """Every answer's reward, whether the scorer refused it (Rollout.refused; none by default),
+        and the group's scorer, in one transaction."""
         ids = [r[0] for r in self._read("SELECT id FROM rollouts WHERE group_id = ? ORDER BY k", (group_id,))]
-        if len(ids) != len(rewards):
-            raise ValueError(f"group {group_id} has {len(ids)} answers, not {len(rewards)}")
+        refused = refused if refused is not None else [False] * len(rewards)
+        if not len(ids) == len(rewards) == len(refused):
+            raise ValueError(f"group {group_id} has {len(ids)} answers, not {len(rewards)} ({len(refused)} refusals)")
         self._transaction([
-            ("UPDATE rollouts SET reward = ? WHERE id = ?", list(zip(rewards, ids))),
+            ("UPDATE rollouts SET reward = ?, refused = ? WHERE id = ?",
+             [(w, int(no), i) for w, no, i in zip(rewards, refused, ids)]),
             ("UPDATE rollout_groups SET scorer = ?, evidence = ?, scored = ? WHERE id = ?",
              (scorer, json.dumps(evidence), time.time(), group_id)),
         ])
