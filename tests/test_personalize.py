@@ -129,7 +129,8 @@ def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(t
     prose = "The sky is blue because air scatters blue sunlight more than red light, so blue reaches us from everywhere."
     listed = "- Air scatters light\n- Blue scatters most\n- So the sky looks blue"
     store.add_group(RolloutGroup(t.id, "sampled", None, 0.7, [Rollout([2], prose, [-1.0], 0.9), Rollout([3], listed, [-1.0], 0.2),
-                                                              Rollout([4], listed, [-1.0], 0.95)], scorer="trusted"))
+                                                              Rollout([4], listed, [-1.0], 0.95), Rollout([5], "", [-1.0], 0.0, True)],
+                                 scorer="trusted"))
     store.add_group(RolloutGroup(t.id, "hindsight", None, 0.7, [Rollout([2], listed, [], 0.0), Rollout([3], prose, [], 1.0)],
                                  scorer="hindsight"))  # not sampled: not the scorer's
 
@@ -143,15 +144,17 @@ def test_the_grpo_scorer_is_read_against_the_checker_from_the_daemons_database(t
             return {"grpo": {"scorer": {"margin": 0.25}}}
 
     got = scorer_agreement(D(), SCENARIOS["no_lists"])
-    assert got["groups"] == 1 and got["pairs"] == 2 and got["margin"] == 0.25
-    # the pairs' reward gaps: prose - listed = 0.9 - 0.2 = +0.7 (decided, right) and 0.9 - 0.95 = -0.05 (under the margin)
-    assert got["auc"] == 0.5 and got["decided"] == 0.5 and got["wrong_sign"] == 0.0
-    assert got["by_group"] == [{"scorer": "trusted", "answers": [(0.9, True, 19), (0.2, False, 14), (0.95, False, 14)],
-                                "loops": 0}]
+    assert got["groups"] == 1 and got["pairs"] == 3 and got["margin"] == 0.25
+    # the pairs' reward gaps: prose - listed = 0.9 - 0.2 = +0.7 (decided, right), 0.9 - 0.95 = -0.05 (under
+    # the margin), and prose - the refused empty answer (which says nothing: it fails) = +0.9
+    assert got["auc"] == pytest.approx(2 / 3) and got["decided"] == pytest.approx(2 / 3) and got["wrong_sign"] == 0.0
+    assert got["by_group"] == [{"scorer": "trusted", "answers": [(0.9, True, 19), (0.2, False, 14), (0.95, False, 14), (0.0, False, 0)],
+                                "loops": 0, "refused": 1}]
     # length alone ranks the 14-word lists above the 19-word prose in both (passes, fails) pairs
     assert got["length_auc"] == 0.0
-    # decided pairs: prose 0.9 over list 0.2 favours the longer (0); list 0.95 over list 0.2, the same length (1/2)
-    assert got["shorter_first"] == 0.25
+    # decided pairs: prose 0.9 over list 0.2 favours the longer (0); list 0.95 over list 0.2, the same length
+    # (1/2); prose and the 0.95 list over the empty answer, the longer (0, 0); the 0.2 list and it are under the margin
+    assert got["shorter_first"] == 0.125
 
 
 @pytest.mark.fast

@@ -39,7 +39,8 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
     (scenarios.accepts: the scenario's checker, and saying something): over every
     (passes, fails) pair of answers within a group, the AUC, and at the daemon's margin the shares
     decided and decided the wrong way; each group's (reward, passes, words) kept for a re-grade, and
-    how many of its answers loop (measures' rule, on words: the daemon gives those the least reward). The
+    how many of its answers loop (measures' rule, on words) and how many the daemon refused (its own
+    rule, on tokens: judge/rollouts.refused, reward 0 and never pushed down). The
     checker is asked about the session's first question (a retry's last message is the complaint).
     Beside them, what answer length alone would have done: length_auc ranks the shorter of each
     (passes, fails) pair first, and shorter_first is the share of pairs the scorer decided (any two
@@ -49,10 +50,11 @@ def scorer_agreement(d: Daemon, sc: Scenario) -> dict[str, Any]:
     for g in d.rows("SELECT g.id, g.scorer, t.request FROM rollout_groups g JOIN turns t ON t.id = g.turn_id"
                     " WHERE g.source = 'sampled' AND g.scorer IS NOT NULL ORDER BY g.id"):
         question = next(m["content"] for m in json.loads(g["request"])["messages"] if m["role"] == "user")
-        answers = d.rows("SELECT text, reward FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
+        answers = d.rows("SELECT text, reward, refused FROM rollouts WHERE group_id = ? ORDER BY k", (g["id"],))
         groups.append({"scorer": g["scorer"], "answers": [(a["reward"], accepts(sc, question, a["text"]), len(a["text"].split()))
                                                           for a in answers],
-                       "loops": sum(runs_in_circles(a["text"]) for a in answers)})
+                       "loops": sum(runs_in_circles(a["text"]) for a in answers),
+                       "refused": sum(a["refused"] for a in answers)})
     margin = ((d.status().get("grpo") or {}).get("scorer") or {}).get("margin")
     at = max(margin if margin is not None else 0.0, 1e-9)
     checked = [(r1 - r2, w2 - w1) for g in groups for r1, ok1, w1 in g["answers"] if ok1

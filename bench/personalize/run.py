@@ -250,7 +250,8 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
                       f"{sa['auc']:.2f}; at margin {sa['margin']}: {sa['decided']:.0%} decided, {sa['wrong_sign']:.0%} "
                       "the wrong way; answer length alone AUC "
                       f"{sa['length_auc']:.2f}, the favoured answer shorter in {sa['shorter_first'] or 0:.0%} of decided pairs; "
-                      f"{sum(g['loops'] for g in sa['by_group'])} sampled answers loop", flush=True)
+                      f"{sum(g['loops'] for g in sa['by_group'])} sampled answers loop, "
+                      f"{sum(g['refused'] for g in sa['by_group'])} refused by the daemon", flush=True)
         if (home / "judge").is_dir():
             shutil.copytree(home / "judge", calibrations, dirs_exist_ok=True)
     except BaseException:
