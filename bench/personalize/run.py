@@ -197,6 +197,26 @@ def _save(result: dict, out: Path, seconds: float) -> None:
 
 
 # -- one daemon, one method ---------------------------------------------------------------------
+def reference_columns(sc: Scenario, method: str, args: argparse.Namespace, pools: list[tuple[str, list[str]]],
+                      ref: dict[str, Any], told: bool) -> None:
+    """The base and told columns (cached across runs) into `ref`, from a daemon of their own. On the
+    loop's daemon their 100 answers were its first turns, and a group's sampling seeds follow turn
+    ids (rollouts.answer_seed): the same run sampled other groups with the cache cold than warm
+    (one_paragraph seed 0, stop 60: its first groups were turns 122, 119, … against 22, 19, …)."""
+    home = Path(tempfile.mkdtemp(prefix=f"clawd-bench-{sc.name}-reference-"))
+    d = Daemon(method, args, home).start()
+    try:
+        if "base" not in ref:
+            ref["base"] = cached_answers(d, pools, args.max_tokens, args.out / "cache")
+            print(f"  base: {point_text({'eval': grade(sc, ref['base'])}, None)}", flush=True)
+        if told and "told" not in ref:
+            ref["told"] = cached_answers(d, pools, args.max_tokens, args.out / "cache", told_sc=sc)
+            print(f"  told: {point_text({'eval': grade(sc, ref['told'])}, grade(sc, ref['base']))}", flush=True)
+    finally:
+        d.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, pools: list[tuple[str, list[str]]],
                ref: dict[str, Any], loop: bool = True, told: bool = True) -> dict[str, Any]:
     """One loop run on a fresh daemon. Before any turn, the base and told columns (cached across runs,
@@ -208,15 +228,12 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
     calibrations = args.out / "judge-calibration"
     if calibrations.is_dir():
         shutil.copytree(calibrations, home / "judge")
-    d = Daemon(method, args, home).start()
     cache = args.out / "cache"
+    told = told and sc is not CONTROL
+    if "base" not in ref or (told and "told" not in ref):
+        reference_columns(sc, method, args, pools, ref, told)
+    d = Daemon(method, args, home).start()
     try:
-        if "base" not in ref:
-            ref["base"] = cached_answers(d, pools, args.max_tokens, cache)
-            print(f"  base: {point_text({'eval': grade(sc, ref['base'])}, None)}", flush=True)
-        if told and "told" not in ref and sc is not CONTROL:
-            ref["told"] = cached_answers(d, pools, args.max_tokens, cache, told_sc=sc)
-            print(f"  told: {point_text({'eval': grade(sc, ref['told'])}, grade(sc, ref['base']))}", flush=True)
         # the model the daemon serves, as it says: without --model, its default (Qwen once assembled)
         run: dict[str, Any] = {"method": method, "seed": seed, "settings": d.settings,
                                "model": Path(d.status()["model"]["path"]).name,
