@@ -50,11 +50,12 @@ def group_samples(groups: list[tuple[RolloutGroup, Turn]], template, encode, lim
     weigh it as a served turn's do.
 
     An answer the scorer refused (Rollout.refused) keeps its reward 0 in the group's mean and spread,
-    so the others are pushed up as better than it, but its own advantage is 0: a loop's first
-    sentences are the same words as the answers beside it, and pushing all of its tokens down
-    pushed those answers down too. On one_paragraph seed 0 (stop 60) a 134-token loop at advantage
-    −1.48 outweighed its group's three accepted answers (97 tokens at about +0.5) four to one, and
-    that round's gate found the user's accepted turns 0.324 nats/token less likely."""
+    so the others are pushed up as better than it, but its own advantage is 0. Why: a loop's first
+    sentences are the same words as the answers beside it, and it is long, so under the token mean
+    pushing all of it down outweighs the push up (one_paragraph seed 0, stop 60: a 134-token loop at
+    advantage −1.48 against its group's three other answers, 97 tokens at about +0.5, four to one).
+    What is left to push down is the loop itself, which no token-level weight can single out. On a
+    round of the same 8 groups the two ways passed the gate alike (docs/learning.md, stop 60)."""
     out = []
     for g, turn in groups:
         lengths = torch.tensor([[len(r.completion_ids) for r in g.rollouts]]) \
