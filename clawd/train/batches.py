@@ -54,8 +54,9 @@ def group_samples(groups: list[tuple[RolloutGroup, Turn]], template, encode, lim
     sentences are the same words as the answers beside it, and it is long, so under the token mean
     pushing all of it down outweighs the push up (one_paragraph seed 0, stop 60: a 134-token loop at
     advantage −1.48 against its group's three other answers, 97 tokens at about +0.5, four to one).
-    What is left to push down is the loop itself, which no token-level weight can single out. On a
-    round of the same 8 groups the two ways passed the gate alike (docs/learning.md, stop 60)."""
+    An empty answer (its end token alone) is not pushed down either: the push up beside it is what
+    teaches the model to answer. On a round of the same 8 groups, pushed down or not, the gate's
+    numbers were alike (docs/learning.md, stop 60)."""
     out = []
     for g, turn in groups:
         lengths = torch.tensor([[len(r.completion_ids) for r in g.rollouts]]) \
