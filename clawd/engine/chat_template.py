@@ -88,7 +88,7 @@ class ChatTemplate:
             else:
                 if calls:
                     written = [
-                        f"{TOOL_OPEN}\n{json.dumps({'name': c['function']['name'], 'arguments': _args(c)}, ensure_ascii=False)}\n{TOOL_CLOSE}"
+                        f"{TOOL_OPEN}\n{json.dumps({'name': c['function']['name'], 'arguments': call_arguments(c['function'].get('arguments'))}, ensure_ascii=False)}\n{TOOL_CLOSE}"
                         for c in calls
                     ]
                     m["content"] = "\n".join([m["content"], *written] if m.get("content") else written)
@@ -167,8 +167,8 @@ def normalize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _args(call: dict[str, Any]) -> Any:
-    args = call["function"].get("arguments")
+def call_arguments(args: Any) -> Any:
+    """A call's arguments as data: a client may send the JSON text or the object, or none ({})."""
     if isinstance(args, str):
         try:
             return json.loads(args)
@@ -179,7 +179,7 @@ def _args(call: dict[str, Any]) -> Any:
 
 def _call_with_mapping(call: dict[str, Any]) -> dict[str, Any]:
     fn = dict(call["function"])
-    fn["arguments"] = _args(call)
+    fn["arguments"] = call_arguments(fn.get("arguments"))
     return {**call, "function": fn}
 
 

@@ -19,7 +19,6 @@ changes). A group and its scores are each written in one transaction.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 from ..config import Settings
 from ..engine.background import Cancelled
+from ..engine.chat_template import call_arguments
 from ..engine.engine import Engine
 from ..engine.repetition import echoes, loops
 from ..engine.tool_calls import parse_tool_calls
@@ -249,7 +249,7 @@ def last_calls(request: dict[str, Any]) -> list[tuple[str, Any]]:
             if i + 1 == len(msgs) or any(m.get("role") != "tool" for m in msgs[i + 1:]):
                 return []
             calls = msgs[i].get("tool_calls") or []
-            return [(c["function"].get("name"), _arguments(c["function"].get("arguments")))
+            return [(c["function"].get("name"), call_arguments(c["function"].get("arguments")))
                     for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)]
     return []
 
@@ -261,14 +261,4 @@ def repeats(text: str, made: Sequence[tuple[str, Any]]) -> bool:
     if not made:
         return False
     _, calls = parse_tool_calls(text, {name for name, _ in made})
-    return bool(calls) and all((c.name, _arguments(c.arguments)) in made for c in calls)
-
-
-def _arguments(raw: Any) -> Any:
-    """A call's arguments as data (a client may send the JSON text or the object)."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
+    return bool(calls) and all((c.name, call_arguments(c.arguments)) in made for c in calls)
