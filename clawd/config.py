@@ -232,6 +232,11 @@ class Settings(BaseSettings):
                                       "facts. A user who wants only shorter answers is then not learned from groups. On "
                                       "no_lists it kept answers longer but taught almost no form (+0.02 against +0.10, one "
                                       "seed; docs/learning.md, stop 48), so off by default.")
+    grpo_answer_mean: bool = Field(False, description="Weigh each sampled answer alike in a step's loss (its token "
+                                   "mean, then the mean over answers) instead of each token alike (loss.grpo_loss): a "
+                                   "group's advantages sum to 0, so what all its answers share is then pushed neither "
+                                   "up nor down, where the token mean pushes it down when the favoured answers are the "
+                                   "shorter. Not yet measured on the learning bench, so off by default.")
     grpo_max_tokens: int = Field(384, ge=16, description="Longest sampled answer in a group.")
     grpo_budget_s: float = Field(600.0, gt=0, description="Idle seconds one rollout job may sample before it yields to "
                                  "the scheduler's other work.")

@@ -233,6 +233,27 @@ def test_grpo_normalizes_over_the_batchs_tokens():
     assert per_answer.grad[0, 0] / per_answer.grad[1, 0] == pytest.approx(-3.0)
 
 
+def test_what_a_groups_answers_share_is_pushed_only_under_the_token_mean():
+    """A group of a short favoured answer (1 token, A = +1) and a long one (3 tokens, A = -1), and
+    one parameter θ that raises every token's logprob alike: what the answers share. At ratio 1,
+    dL/dθ = -Σ_b Σ_t w_bt A_b. Under the token mean the long answer's 3 tokens outweigh the short
+    one's 1, so θ is pushed down: (3 - 1) / 4 = +0.5. Under the per-answer mean each answer
+    weighs alike and the advantages sum to 0: no push. Each token inside one answer still gets
+    A_b / L_b."""
+    old = torch.log(torch.tensor([[0.5, 1.0, 1.0], [0.5, 0.5, 0.5]]))
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = torch.tensor([1.0, -1.0])
+    for answer_mean, push in ((False, 0.5), (True, 0.0)):
+        theta = torch.zeros((), requires_grad=True)
+        grpo_loss(old + theta, old, adv, mask, answer_mean=answer_mean).backward()
+        assert theta.grad.item() == pytest.approx(push, abs=1e-7)
+    logp = old.clone().requires_grad_(True)
+    loss = grpo_loss(logp, old, adv, mask, answer_mean=True)
+    loss.backward()
+    assert loss.item() == pytest.approx(-(1 / 1 - 3 / 3) / 2)
+    assert logp.grad == pytest.approx(torch.tensor([[-0.5, 0.0, 0.0], [1 / 6, 1 / 6, 1 / 6]]))
+
+
 def test_the_clip_acts_in_the_second_epoch():
     """Epoch 1 at ratio 1 moves the answer's logprobs; after a large enough step the ratio passes
     1 + 0.28 and epoch 2's gradient on those tokens is zero (the clip stops a positive advantage

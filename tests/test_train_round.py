@@ -294,3 +294,33 @@ def test_greedy_with_the_kv_cache_matches_a_full_forward_per_token(backend, engi
     assert got == want
     stop = {want[3]}
     assert backend.greedy(ids, 12, stop) == want[:want.index(want[3]) + 1]  # through the first stop token
+
+
+@pytest.mark.parametrize("answer_mean", [False, True])
+def test_a_groups_shared_push_is_zero_only_with_the_per_answer_mean(home, backend, engine, answer_mean):
+    """grpo_answer_mean through a real round: the favoured answers are the short ones. At the first
+    step (ratio 1) the loss is -Σ_b w_b A_b: under the token mean the long answers' tokens outweigh
+    the short ones' and it is above 0 (what all four share is pushed down); under the per-answer
+    mean the advantages sum to 0 and so does it. Either way the favoured answers go up."""
+    from clawd.store.records import Judgment, Rollout, RolloutGroup
+
+    store = Store(home / "clawd.db")
+    t = add_turn(store, engine, "Name a fruit.", "Apple.")
+    store.add_judgment(Judgment(turn_id=t.id, method="ask", score=0, judge_model="test"))
+    _, encode = engine
+    answers = ["A pear.", "Banana banana banana banana banana banana.", "A plum.", "Kiwi kiwi kiwi kiwi kiwi kiwi."]
+    store.add_group(RolloutGroup(t.id, "sampled", None, 0.8, [Rollout(encode(a, bos=False), a, [], r)
+                                                              for a, r in zip(answers, [0.9, 0.1, 0.8, 0.2])],
+                                 scorer="trusted"))
+    as_turns = [Turn(**{**t.__dict__, "completion_ids": encode(a, bos=False)}) for a in answers]
+    before = [logprob(backend, x, None) for x in as_turns]
+    s = settings(home, lr=5e-4, train_method="grpo", grpo_k=4, grpo_answer_mean=answer_mean)
+    result = run_round(s, store=store, backend=backend)
+    first = result.metrics["losses"][0]
+    if answer_mean:
+        assert first == pytest.approx(0.0, abs=1e-4)
+    else:
+        assert first > 0.1  # advantages +1, -1, +0.75, -0.75 on answers of 3-4 and 9-10 tokens: about +0.4
+    after = [logprob(backend, x, result.path) for x in as_turns]
+    assert after[0] > before[0] and after[2] > before[2], (before, after)
+    store.close()

@@ -277,11 +277,12 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
     dev = backend.device
     olds, teachers, weights, bases = st.old, st.teacher, st.tis, st.base  # each a (C,) per sample
 
-    def loss_of(i: int, logp: torch.Tensor, topk, counts: tuple[int, int, int]) -> torch.Tensor:
+    def loss_of(i: int, logp: torch.Tensor, topk, counts: tuple[int, int, int, int]) -> torch.Tensor:
         """Sample i's share of its step's loss; logp (1, C); counts: the step's (turns, anchors, GRPO
-        answer tokens). A GRPO step's loss is its token mean over all its answers (grpo_loss); a
-        turn's, its mean over the step's turns; an anchor's, over its anchors."""
-        step_turns, step_anchors, step_tokens = counts
+        answer tokens, GRPO answers). A GRPO step's loss is its token mean over all its answers, or
+        with grpo_answer_mean the mean of its answers' token means (grpo_loss); a turn's, its mean
+        over the step's turns; an anchor's, over its anchors."""
+        step_turns, step_anchors, step_tokens, step_answers = counts
         s = samples[i]
         old, teacher, tis = (x[i].to(dev)[None] for x in (olds, teachers, weights))  # (1, C)
         base = bases[i].to(dev)[None] if bases[i] is not None else None  # (1, C)
@@ -291,15 +292,18 @@ def _train(k: Settings, store, adapters: AdapterDir, backend, progress, control,
         if i >= n_trained:  # an anchor: only the pull back to the base's own answer
             assert base is not None
             return anchor_coef * keep_floor(logp, base).mean() / step_anchors
-        mask = torch.ones_like(old)
-        return grpo_loss(logp, old, torch.tensor([s.reward], device=dev), mask, base, kl_coef) * mask.sum() / step_tokens
+        mask, reward = torch.ones_like(old), torch.tensor([s.reward], device=dev)
+        if k.grpo_answer_mean:
+            return grpo_loss(logp, old, reward, mask, base, kl_coef, answer_mean=True) / step_answers
+        return grpo_loss(logp, old, reward, mask, base, kl_coef) * mask.sum() / step_tokens
 
     micro: list[float] = []  # seconds per micro-step, this process's share of the round
     for step in range(st.step, len(plan)):
         total, kl = 0.0, 0.0
         units = micro_steps(plan[step], shared)
         counts = (sum(i < n_turns for i in plan[step]), sum(i >= n_trained for i in plan[step]),
-                  sum(len(samples[i].completion_ids) for i in plan[step] if n_turns <= i < n_trained))
+                  sum(len(samples[i].completion_ids) for i in plan[step] if n_turns <= i < n_trained),
+                  sum(n_turns <= i < n_trained for i in plan[step]))
         for unit in units:
             control.checkpoint()
             t_micro = time.perf_counter()

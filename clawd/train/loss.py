@@ -154,7 +154,7 @@ def group_advantages(rewards: torch.Tensor, spread: bool = False, lengths: torch
 
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-              base_logp: torch.Tensor | None = None, kl_coef: float = 0.0) -> torch.Tensor:
+              base_logp: torch.Tensor | None = None, kl_coef: float = 0.0, answer_mean: bool = False) -> torch.Tensor:
     """The clipped surrogate on sampled answers, every token weighted alike across the batch:
 
         L_t  = −min(ρ_t · A_b, clip(ρ_t, 1 − 0.2, 1 + 0.28) · A_b)  +  β · k3_t
@@ -167,11 +167,22 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
     that sampled the group (the adapter at the start of the round); the round takes ≥ 2 epochs over
     each group, so from the second on ρ ≠ 1 and the clip acts.
 
+    With `answer_mean` (`grpo_answer_mean`), each answer's token mean, then the mean over answers,
+    as GRPO was first written: every answer weighs alike, whatever its length. Why it may matter: a
+    group's advantages sum to 0, but under the token mean what all its answers share (the question's
+    subject, the facts any answer gives) is pushed by Σ_b A_b·L_b, which is not 0 when the favoured
+    answers are shorter. On one_paragraph the rounds' negative token-weight was 2.5 times the
+    positive (docs/learning.md, stop 57), so that push is down, and the loop's answers lost content
+    the paired oracle (a per-answer mean, whose Σ_b A_b is 0) kept: wrong 0.42–0.46 against 0.33.
+
     Shapes: logp, old_logp, mask, base_logp (B, T); adv (B,). Returns a scalar. For a batch split
     into micro-steps, divide each micro-step's sum by the whole batch's token count instead
-    (`grpo_loss(...) * mask.sum() / batch_tokens`), so the sum of the micro-steps is this loss."""
+    (`grpo_loss(...) * mask.sum() / batch_tokens`), or with `answer_mean` by its answer count
+    (`grpo_loss(...) * B / batch_answers`), so the sum of the micro-steps is this loss."""
     per_token = -clipped_surrogate(logp, old_logp, adv.detach()[:, None])  # (B, T)
     if kl_coef:
         assert base_logp is not None, "the KL term needs the base weights' logprobs"
         per_token = per_token + kl_coef * kl_k3(logp, base_logp)  # (B, T)
+    if answer_mean:
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
     return (per_token * mask).sum() / mask.sum().clamp(min=1)
