@@ -18,7 +18,7 @@ def column(form, form_gain, adherence_gain, wrong, words, lost=(), coins=(), deg
 def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
     from clawd.config import Settings
 
-    defaults = {k: f.default for k, f in Settings.model_fields.items() if k in ("train_method", "lr", "grpo_minibatch")}
+    defaults = {k: f.default for k, f in Settings.model_fields.items() if k in ("train_method", "lr", "grpo_minibatch", "grpo_answer_mean")}
     base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
     run = {"scenario": "no_lists", "seed": 1, "feedback_turns": 24, "settings": defaults | {"lr": 5e-4},
            "columns": {"no_lists": {"base": base, "loop": column(0.8, [0.3, 0.1, 0.5], [0.05, -0.1, 0.2], 0.4, 60.4,
@@ -40,7 +40,7 @@ def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
 def test_the_control_users_row_names_what_drifted_anywhere(tmp_path):
     moved, still = column(0.5, [0, 0, 0], [0.3, 0.1, 0.5], 0.25, 60), column(0.5, [0, 0, 0], [0.1, -0.1, 0.3], 0.25, 90)
     base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
-    run = {"scenario": "control", "seed": 0, "feedback_turns": 16, "settings": {},
+    run = {"scenario": "control", "seed": 0, "feedback_turns": 16, "settings": {"grpo_answer_mean": True},
            "columns": {"brevity": {"base": base, "loop": moved}, "no_lists": {"base": base, "loop": still},
                        "control": {"base": base, "loop": column(0.9, [0, 0, 0], [0, 0, 0], 0.7, 29, lost=("x",))}}}
     (tmp_path / "control.json").write_text(json.dumps(run))
@@ -60,6 +60,10 @@ def test_runs_from_before_grpo_was_a_method_read_as_grpo():
     assert off_defaults(old) == "grpo_minibatch 4"
     assert off_defaults(d | {"train_method": "combined", "grpo_length_neutral": True}) == \
         "train_method combined, grpo_length_neutral True"
+    # a run from before grpo_answer_mean was a setting trained with the token mean
+    before = dict(d)
+    del before["grpo_answer_mean"]
+    assert off_defaults(before) == "grpo_answer_mean False"
 
 
 def test_a_run_is_paired_with_the_oracle_of_its_own_users(tmp_path):

@@ -29,12 +29,15 @@ HEADER = ("| scenario | seed | turns | settings off the defaults | form: base â†
 
 
 def off_defaults(settings: dict[str, Any]) -> str:
-    """The run's learning settings that differ from today's defaults ("defaults" when none). Runs from
+    """The run's learning settings that differ from today's defaults ("defaults" when none); a run
+    from before grpo_answer_mean (stop 61) trained with the token mean, and says so. Runs from
     before `grpo` was a method trained the same way as rl with w_rl 0 (turns weighted 0), with
     train_minibatch groups a step; they are read as grpo with that grpo_minibatch."""
     from clawd.config import Settings
 
     fields, st = Settings.model_fields, dict(settings)
+    # a setting a run does not record did not exist yet: the run had the behaviour it was added beside
+    st = {"grpo_answer_mean": False} | st
     if st.get("train_method") == "rl" and st.get("w_rl") == 0:
         st |= {"train_method": "grpo", "w_rl": fields["w_rl"].default}
         if "grpo_minibatch" not in st:
