@@ -17,7 +17,7 @@ import pytest
 import torch
 from rounds import MODEL, add_turn, judge, logprob, lora_b, rows, served_logprobs, settings
 
-from clawd.store.records import Feedback, Turn
+from clawd.store.records import Feedback, Judgment, Rollout, RolloutGroup, Turn
 from clawd.store.store import Store
 from clawd.train import ready_turns, trains_turns
 from clawd.train import samples as S
@@ -302,8 +302,6 @@ def test_a_groups_shared_push_is_zero_only_with_the_per_answer_mean(home, backen
     step (ratio 1) the loss is -Σ_b w_b A_b: under the token mean the long answers' tokens outweigh
     the short ones' and it is above 0 (what all four share is pushed down); under the per-answer
     mean the advantages sum to 0 and so does it. Either way the favoured answers go up."""
-    from clawd.store.records import Judgment, Rollout, RolloutGroup
-
     store = Store(home / "clawd.db")
     t = add_turn(store, engine, "Name a fruit.", "Apple.")
     store.add_judgment(Judgment(turn_id=t.id, method="ask", score=0, judge_model="test"))
