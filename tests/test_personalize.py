@@ -200,3 +200,24 @@ def test_a_summary_names_the_daemons_flags_and_the_users_idle_limit():
     assert args_tag({"config": {"daemon_args": "--lr 2e-4 --w-rl 0"}}) == "lr-2e-4-w-rl-0"
     assert args_tag({"config": {"daemon_args": "--lr 2e-4", "idle_limit": 1200.0}}) == "lr-2e-4-idle-1200s"
     assert args_tag({"config": {"daemon_args": None, "idle_limit": 900}}) == "idle-900s"
+
+
+@pytest.mark.fast
+def test_answers_as_served_are_graded_like_the_greedy_ones_without_probes():
+    """served_column: the held-out figures of `column` for answers with no probes, against the
+    base's as served: one prompt moves from two paragraphs to one, so the form gains 1/2."""
+    from bench.personalize.report import served_column
+    from bench.personalize.scenarios import SCENARIOS
+
+    sc = SCENARIOS["one_paragraph"]
+    q1, q2 = sorted(sc.heldout)[:2]
+    one, two = "A short answer in one paragraph.", "A first paragraph.\n\nA second one."
+
+    def ev(a, b):
+        return {"heldout": [{"pool": sc.pool, "prompt": q1, "text": a}, {"pool": sc.pool, "prompt": q2, "text": b}],
+                "probes": []}
+
+    col = served_column(sc, ev(one, one), ev(two, one))
+    assert col["form"][0] == 1.0 and col["form_gain"][0] == 0.5 and col["degenerate"] == 0.0
+    assert set(col) == {"form", "form_gain", "adherence", "gain", "degenerate", "wrong", "words"}
+    assert col["words"] == pytest.approx(6.0)

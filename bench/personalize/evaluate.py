@@ -166,15 +166,32 @@ def greedy_answers(d: Daemon, pools: list[tuple[str, list[str]]], max_tokens: in
     return {"seconds": round(time.time() - t0, 1), "heldout": held, "probes": probes}
 
 
+def served_answers(d: Daemon, pools: list[tuple[str, list[str]]], max_tokens: int) -> dict[str, Any]:
+    """The live weights' answers to each pool's held-out prompts as a client that sets no temperature
+    gets them (OpenClaw sends none: the daemon samples at its default), each prompt with a seed of
+    its own, the same for every weights scored; no probes. Greedy answers are the bench's measure,
+    reproducible and worst for loops; these are what such a user reads."""
+    t0 = time.time()
+    held = []
+    for i, (pool, q) in enumerate((pool, q) for pool, qs in pools for q in qs):
+        r = d.api.chat.completions.create(model="clawd", messages=[{"role": "system", "content": SYSTEM},
+                                                                   {"role": "user", "content": q}],
+                                          max_tokens=max_tokens, seed=i, extra_headers=SIDE)
+        held.append({"pool": pool, "prompt": q, "text": r.choices[0].message.content or ""})
+    return {"seconds": round(time.time() - t0, 1), "heldout": held, "probes": []}
+
+
 def cached_answers(d: Daemon, pools: list[tuple[str, list[str]]], max_tokens: int, cache: Path,
-                   told_sc: Scenario | None = None) -> dict[str, Any]:
-    """`greedy_answers` of the base weights (no adapter live), kept under `cache` by model file, prompts,
-    answer length and told hint: the same greedy answers every run would recompute."""
-    key = json.dumps([d.model_key(), pools, max_tokens, SYSTEM, told_sc and told(told_sc, ""), PROBES])
+                   told_sc: Scenario | None = None, served: bool = False) -> dict[str, Any]:
+    """`greedy_answers` of the base weights (no adapter live), or with `served` their
+    `served_answers`, kept under `cache` by model file, prompts, answer length and told hint: the
+    same answers every run would recompute."""
+    key = json.dumps([d.model_key(), pools, max_tokens, SYSTEM, told_sc and told(told_sc, ""), PROBES]
+                     + (["served"] if served else []))
     path = cache / f"base-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.is_file():
         return json.loads(path.read_text()) | {"cached": str(path.name)}
-    ev = greedy_answers(d, pools, max_tokens, told_sc)
+    ev = served_answers(d, pools, max_tokens) if served else greedy_answers(d, pools, max_tokens, told_sc)
     cache.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ev, ensure_ascii=False))
     return ev

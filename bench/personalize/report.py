@@ -32,6 +32,12 @@ def point_text(point: dict[str, Any], base: dict[str, Any] | None) -> str:
             f"wrong {ev['wrong']:.2f}), probes {ev['probe_accuracy']:.2f}{delta}")
 
 
+def served_text(ev: dict[str, Any]) -> str:
+    """Graded `served_answers` in a line: held-out answers only, no probes."""
+    return (f"form {ev['form']:.2f}, adherence {ev['adherence']:.2f} of {len(ev['heldout'])} "
+            f"(degenerate {ev['degenerate']:.2f}, wrong {ev['wrong']:.2f})")
+
+
 def served_model(result: dict[str, Any], run: dict[str, Any]) -> str:
     """The model file a run's daemon served (recorded from its status; older results have only
     the --model flag, and without it the daemon served its default, not necessarily SmolLM2)."""
@@ -65,6 +71,13 @@ def column(sc: Scenario, ev: dict[str, Any], base: dict[str, Any]) -> dict[str, 
             "probes_lost": sorted(q for q, r in base_right.items() if r and not right.get(q, False)),
             "probes_gained": sorted(q for q, r in right.items() if r and not base_right.get(q, False)),
             **near_flips(g["probes"], b["probes"])}
+
+
+def served_column(sc: Scenario, ev: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """`column`'s held-out figures for `served_answers` (no probes), against the base's as served."""
+    c = column(sc, ev, base)
+    return {k: c[k] for k in ("form", "form_gain", "adherence", "gain", "degenerate", "wrong")} | {
+        "words": c["measures"].get("words")}
 
 
 def near_flips(probes: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict[str, Any]:
@@ -109,6 +122,9 @@ def summary(result: dict[str, Any], scenario: str, key: str) -> dict[str, Any]:
         cols = reference_columns(g, ref, base, run["seed"]) | {"loop": column(g, last["eval"], base)}
         if "oracle" in cols:
             cols["loop"]["share_of_oracle"] = share_of_oracle(cols["loop"]["gain"][0], cols["oracle"]["gain"][0])
+        if ref.get("served") and last.get("served"):  # runs from stop 62 on
+            cols["base"]["served"] = served_column(g, ref["served"], ref["served"])
+            cols["loop"]["served"] = served_column(g, last["served"], ref["served"])
         blocks[g.name] = cols
     turns = run["turns"]
     return {

@@ -27,7 +27,10 @@ wants; the degenerate share (no answer at all: echo, empty, off-topic) is report
 every point, and no adherence figure should be quoted without it. It also scores the bench's 48
 probes (personalize_probes.py, graded by answer) and reports their change against the base. The
 base (untrained) weights are scored once per scenario: greedy scoring is deterministic, so that is
-every curve's point at 0 feedback turns. At the end, the judge's verdicts are read from the daemon's
+every curve's point at 0 feedback turns. The last weights (and the base, cached) also answer the
+held-out prompts as served (`served_answers`: the daemon's default temperature, as OpenClaw gets
+it, a fixed seed a prompt): the summary's `served` figures beside the greedy ones say whether a
+loop seen greedy is one a user reads. At the end, the judge's verdicts are read from the daemon's
 database and compared with the simulator's truth.
 
 Results: bench/out/personalize.json (every answer) and .png; bench/results/personalize-SCENARIO-
@@ -70,6 +73,7 @@ from bench.personalize.evaluate import (
     greedy_answers,
     idle_cost,
     pause_learning,
+    served_answers,
     since,
     wait_for_round,
 )
@@ -81,6 +85,7 @@ from bench.personalize.report import (
     plot,
     point_text,
     print_summary,
+    served_text,
     write_oracle_summaries,
     write_summaries,
 )
@@ -212,6 +217,9 @@ def reference_columns(sc: Scenario, method: str, args: argparse.Namespace, pools
         if told and "told" not in ref:
             ref["told"] = cached_answers(d, pools, args.max_tokens, args.out / "cache", told_sc=sc)
             print(f"  told: {point_text({'eval': grade(sc, ref['told'])}, grade(sc, ref['base']))}", flush=True)
+        if "served" not in ref:
+            ref["served"] = cached_answers(d, pools, args.max_tokens, args.out / "cache", served=True)
+            print(f"  base, as served: {served_text(grade(sc, ref['served']))}", flush=True)
     finally:
         d.stop()
         shutil.rmtree(home, ignore_errors=True)
@@ -230,7 +238,7 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
         shutil.copytree(calibrations, home / "judge")
     cache = args.out / "cache"
     told = told and sc is not CONTROL
-    if "base" not in ref or (told and "told" not in ref):
+    if "base" not in ref or "served" not in ref or (told and "told" not in ref):
         reference_columns(sc, method, args, pools, ref, told)
     d = Daemon(method, args, home).start()
     try:
@@ -257,9 +265,11 @@ def run_method(sc: Scenario, method: str, seed: int, args: argparse.Namespace, p
             if not args.score_every_adapter:
                 live = (d.status()["adapter"] or {}).get("version")
                 ev = greedy_answers(d, pools, args.max_tokens) if live is not None else ref["base"]
-                run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": live, "eval": ev})
+                served = served_answers(d, pools, args.max_tokens) if live is not None else ref["served"]
+                run["curve"].append({"feedback_turns": len(run["turns"]), "adapter": live, "eval": ev, "served": served})
                 print(f"  after {len(run['turns'])} feedback turns, adapter {live}: "
-                      f"{point_text({'eval': grade(sc, ev)}, grade(sc, ref['base']))}", flush=True)
+                      f"{point_text({'eval': grade(sc, ev)}, grade(sc, ref['base']))}; as served: "
+                      f"{served_text(grade(sc, served))}", flush=True)
             run["judge"] = judge_agreement(d, run["turns"])
             run["scorer"] = sa = scorer_agreement(d, sc)
             if sa["pairs"]:
