@@ -23,7 +23,7 @@ def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
     run = {"scenario": "no_lists", "seed": 1, "feedback_turns": 24, "settings": defaults | {"lr": 5e-4},
            "columns": {"no_lists": {"base": base, "loop": column(0.8, [0.3, 0.1, 0.5], [0.05, -0.1, 0.2], 0.4, 60.4,
                                                                    lost=("a", "b"), coins=("b",))}}}
-    oracle = {"columns": {"base": base, "oracle": column(0.9, [0.4, 0.2, 0.6], [0.2, 0.0, 0.4], 0.5, 50)}}
+    oracle = {"columns": {"base": base, "oracle": column(0.9, [0.4, 0.2, 0.6], [0.2, 0.05, 0.4], 0.5, 50)}}
     (tmp_path / "run.json").write_text(json.dumps(run))
     (tmp_path / "personalize-no_lists-oracle-seed0-pairs-lr-5e-4.json").write_text(json.dumps(oracle))
     no_loop = {"scenario": "no_lists", "seed": 0, "columns": {"no_lists": {"base": base}}}  # an oracle-only run: no row
@@ -33,6 +33,10 @@ def test_a_row_per_loop_run_with_its_share_of_the_scenarios_oracle(tmp_path):
     assert len(lines) == 3 and lines[1].count("---") == lines[0].count(" | ") + 1
     assert lines[2] == ("| no_lists | 1 | 24 | lr 0.0005 | 0.50 → 0.80 (+0.30 [+0.10, +0.50]) | +0.40, +0.20 | 75%, 25% "
                         "| +0.05 [-0.10, +0.20] | 0.25 → 0.40 | 95 → 60 | 2 (1) | 0.00 |")
+    # an oracle gain whose interval reaches 0 is no scale: that share is left out
+    oracle["columns"]["oracle"]["gain"] = [0.04, -0.1, 0.17]
+    (tmp_path / "personalize-no_lists-oracle-seed0-pairs-lr-5e-4.json").write_text(json.dumps(oracle))
+    assert "| +0.40, +0.04 | 75%, – |" in table([tmp_path / "run.json"], tmp_path)
     (tmp_path / "personalize-no_lists-oracle-seed0-pairs-lr-5e-4.json").unlink()  # no oracle: no share
     assert "| – | – |" in table([tmp_path / "run.json"], tmp_path)
 
@@ -77,11 +81,11 @@ def test_a_run_is_paired_with_the_oracle_of_its_own_users(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(old_users))
     (tmp_path / "new.json").write_text(json.dumps(new_users))
     (tmp_path / "personalize-no_lists-oracle-seed0-pairs-a.json").write_text(json.dumps(
-        {"columns": {"oracle": column(0.9, [0.6, 0, 0], [0, 0, 0], 0.5, 50)}}))
+        {"columns": {"oracle": column(0.9, [0.6, 0.3, 0.9], [0, 0, 0], 0.5, 50)}}))
     share = {p: table([tmp_path / p], tmp_path).splitlines()[2].split(" | ")[5:7] for p in ("old.json", "new.json")}
     assert share == {"old.json": ["+0.60, +0.00", "50%, –"], "new.json": ["–", "–"]}
     (tmp_path / "personalize-no_lists-oracle-seed0-pairs-b.json").write_text(json.dumps(
-        {"users": 2, "columns": {"oracle": column(0.9, [0.4, 0, 0], [0, 0, 0], 0.5, 50)}}))
+        {"users": 2, "columns": {"oracle": column(0.9, [0.4, 0.2, 0.6], [0, 0, 0], 0.5, 50)}}))
     assert table([tmp_path / "new.json"], tmp_path).splitlines()[2].split(" | ")[5:7] == ["+0.40, +0.00", "75%, –"]
     assert table([tmp_path / "old.json"], tmp_path).splitlines()[2].split(" | ")[5:7] == ["+0.60, +0.00", "50%, –"]
 
@@ -100,7 +104,7 @@ def test_pooled_rows_average_the_runs_given_and_take_the_shares_of_those_means(t
                     "c.json": {"scenario": "control", "seed": 0, "columns": {"control": {"base": base, "loop": base}}}}.items():
         (tmp_path / name).write_text(json.dumps(s))
     (tmp_path / "personalize-one_paragraph-oracle-seed0-pairs-x.json").write_text(json.dumps(
-        {"users": 2, "columns": {"oracle": column(0.9, [0.5, 0, 0], [0.25, 0, 0], 0.3, 80)}}))
+        {"users": 2, "columns": {"oracle": column(0.9, [0.5, 0.3, 0.7], [0.25, 0.1, 0.4], 0.3, 80)}}))
     lines = pooled([tmp_path / n for n in ("a.json", "b.json", "c.json")], tmp_path).splitlines()
     assert len(lines) == 3 and lines[1].count("---") == lines[0].count(" | ") + 1
     assert lines[2] == "| one_paragraph | 2 (0, 1) | +0.25 | +0.15 | +0.50, +0.25 | 50%, 60% | 1, 0 | 0.00, 0.04 |"

@@ -73,11 +73,17 @@ def share(gain: float, oracle_gain: float | None) -> str:
 
 def against_oracle(form_gain: float, gain: float, oracle: dict[str, Any] | None) -> str:
     """The oracle's form and adherence gains, then the loop's share of each: two table cells. Issue
-    28's target is the adherence share (70%); the form share says how much of it the form alone is."""
+    28's target is the adherence share (70%); the form share says how much of it the form alone is.
+    A share of an oracle gain whose 95% interval reaches 0 is '–': no scale to measure against
+    (no_lists' oracle gained +0.04 [−0.10, +0.17] adherence, against which +0.14 would read 355%)."""
     if oracle is None:
         return "– | –"
-    o_form, o_adh = oracle["form_gain"][0], oracle["gain"][0]
-    return f"{o_form:+.2f}, {o_adh:+.2f} | {share(form_gain, o_form)}, {share(gain, o_adh)}"
+    o_form, o_adh = oracle["form_gain"], oracle["gain"]
+
+    def of(loop_gain: float, o: list[float]) -> str:
+        return share(loop_gain, o[0]) if o[1] > 0 else "–"
+
+    return f"{o_form[0]:+.2f}, {o_adh[0]:+.2f} | {of(form_gain, o_form)}, {of(gain, o_adh)}"
 
 
 def drift(columns: dict[str, Any]) -> str:
