@@ -100,11 +100,14 @@ def test_pooled_rows_average_the_runs_given_and_take_the_shares_of_those_means(t
         return {"scenario": "one_paragraph", "seed": seed, "feedback_turns": 24, "settings": {}, "method": "grpo",
                 "columns": {"one_paragraph": {"base": base, "loop": loop}}}
 
-    for name, s in {"a.json": run(0, 0.3, 0.1, ("x",), 0.0), "b.json": run(1, 0.2, 0.2, (), 0.04),
+    served = run(1, 0.2, 0.2, (), 0.04)  # a run from stop 62 on: its answers as served too
+    served["columns"]["one_paragraph"]["loop"]["served"] = {"degenerate": 0.0}
+    for name, s in {"a.json": run(0, 0.3, 0.1, ("x",), 0.0), "b.json": served,
                     "c.json": {"scenario": "control", "seed": 0, "columns": {"control": {"base": base, "loop": base}}}}.items():
         (tmp_path / name).write_text(json.dumps(s))
     (tmp_path / "personalize-one_paragraph-oracle-seed0-pairs-x.json").write_text(json.dumps(
         {"users": 2, "columns": {"oracle": column(0.9, [0.5, 0.3, 0.7], [0.25, 0.1, 0.4], 0.3, 80)}}))
     lines = pooled([tmp_path / n for n in ("a.json", "b.json", "c.json")], tmp_path).splitlines()
     assert len(lines) == 3 and lines[1].count("---") == lines[0].count(" | ") + 1
-    assert lines[2] == "| one_paragraph | 2 (0, 1) | +0.25 | +0.15 | +0.50, +0.25 | 50%, 60% | 1, 0 | 0.00, 0.04 |"
+    assert lines[2] == "| one_paragraph | 2 (0, 1) | +0.25 | +0.15 | +0.50, +0.25 | 50%, 60% | 1, 0 | 0.00, 0.04 (0.00) |"
+    assert table([tmp_path / "b.json"], tmp_path).splitlines()[2].endswith("| 0 (0) | 0.04 (0.00) |")

@@ -8,7 +8,8 @@ same simulated users, when one is committed), each as
 the form's pass rate (what the preference alone asks) and adherence (form and the known content),
 with the loop's gains' bootstrap 95% intervals, its form and adherence gains as shares of the
 oracle's, the wrong-content share, answer length, probes lost (of them, coin tosses: answered by the
-base by under 1 nat) and the degenerate share. The control user (no preference) has no form: its row names
+base by under 1 nat) and the degenerate share, greedy and (from stop 62 on) among the answers as
+served, at the daemon's default temperature (`run.served_answers`). The control user (no preference) has no form: its row names
 the scenarios whose adherence moved outside their interval instead, with its own right-figure
 adherence and the length of general answers. Every figure is read from the summaries, none computed
 here but the shares of the oracle's gains. With --pooled, one row per scenario instead: the mean
@@ -29,9 +30,9 @@ from bench.personalize.measures import share_of_oracle
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 HEADER = ("| scenario | seed | turns | settings off the defaults | form: base → loop (gain [95%]) | oracle's gain: form, adherence "
-          "| loop's share: form, adherence | adherence gain [95%] | wrong content | words | probes lost (coin tosses) | degenerate |")
+          "| loop's share: form, adherence | adherence gain [95%] | wrong content | words | probes lost (coin tosses) | degenerate (as served) |")
 POOLED = ("| scenario | runs (seeds) | form gain, mean | adherence gain, mean | oracle's gain: form, adherence "
-          "| loop's share: form, adherence | probes lost, each run | degenerate, each run |")
+          "| loop's share: form, adherence | probes lost, each run | degenerate (as served), each run |")
 
 
 def off_defaults(settings: dict[str, Any]) -> str:
@@ -86,6 +87,12 @@ def against_oracle(form_gain: float, gain: float, oracle: dict[str, Any] | None)
     return f"{o_form[0]:+.2f}, {o_adh[0]:+.2f} | {of(form_gain, o_form)}, {of(gain, o_adh)}"
 
 
+def degenerate(loop: dict[str, Any]) -> str:
+    """The degenerate share of the greedy answers, then of the answers as served where measured."""
+    served = loop.get("served")
+    return f"{loop['degenerate']:.2f}" + (f" ({served['degenerate']:.2f})" if served else "")
+
+
 def drift(columns: dict[str, Any]) -> str:
     """The control user's row: the scenarios whose adherence changed outside its 95% interval."""
     out = [f"{name} {c['loop']['gain'][0]:+.2f}" for name, c in columns.items()
@@ -102,13 +109,13 @@ def row(s: dict[str, Any], oracle: dict[str, Any] | None) -> str:
         return (f"| control | {s['seed']} | {s['feedback_turns']} | {off_defaults(s['settings'])} | {drift(s['columns'])} | – | – "
                 f"| {a[0]:+.2f} [{a[1]:+.2f}, {a[2]:+.2f}] | {base['wrong']:.2f} → {loop['wrong']:.2f} "
                 f"| {general['base']['measures']['words']:.0f} → {general['loop']['measures']['words']:.0f} "
-                f"| {len(loop['probes_lost'])} ({len(loop.get('lost_coin_tosses', []))}) | {loop['degenerate']:.2f} |")
+                f"| {len(loop['probes_lost'])} ({len(loop.get('lost_coin_tosses', []))}) | {degenerate(loop)} |")
     lost, coins = len(loop["probes_lost"]), len(loop.get("lost_coin_tosses", []))
     return (f"| {s['scenario']} | {s['seed']} | {s['feedback_turns']} | {off_defaults(s['settings'])} | {base['form'][0]:.2f} → {loop['form'][0]:.2f} "
             f"({g[0]:+.2f} [{g[1]:+.2f}, {g[2]:+.2f}]) | {against_oracle(g[0], a[0], oracle)} "
             f"| {a[0]:+.2f} [{a[1]:+.2f}, {a[2]:+.2f}] "
             f"| {base['wrong']:.2f} → {loop['wrong']:.2f} | {base['measures']['words']:.0f} → {loop['measures']['words']:.0f} "
-            f"| {lost} ({coins}) | {loop['degenerate']:.2f} |")
+            f"| {lost} ({coins}) | {degenerate(loop)} |")
 
 
 def table(paths: list[Path], results: Path = RESULTS) -> str:
@@ -138,7 +145,7 @@ def pooled(paths: list[Path], results: Path = RESULTS) -> str:
         oracle = oracle_of(name, users_of(group[0]), results)
         rows.append(f"| {name} | {len(group)} ({', '.join(str(s['seed']) for s in group)}) | {form:+.2f} | {adh:+.2f} "
                     f"| {against_oracle(form, adh, oracle)} | {', '.join(str(len(c['probes_lost'])) for c in loops)} "
-                    f"| {', '.join(format(c['degenerate'], '.2f') for c in loops)} |")
+                    f"| {', '.join(degenerate(c) for c in loops)} |")
     return "\n".join([POOLED, "|" + "---|" * POOLED.count(" | ") + "---|", *rows])
 
 
