@@ -3,7 +3,6 @@
 import pytest
 
 from bench.personalize.anatomy import content_lost, group_push
-from clawd.engine.repetition import loops, words
 
 pytestmark = pytest.mark.fast
 
@@ -35,4 +34,4 @@ def test_content_lost_says_what_the_adapter_wrote_instead():
             {"known": False, "text": "the bees make honey and " * 8},  # loops
             {"known": False, "text": long.replace("nectar", "sugar")},  # as long, the content gone
             {"known": True, "text": "Bees make honey from nectar."}]  # gained
-    assert content_lost(base, loop, loops, words) == {"lost": 3, "gained": 1, "loops": 1, "shorter": 1, "as_long": 1}
+    assert content_lost(base, loop) == {"lost": 3, "gained": 1, "loops": 1, "shorter": 1, "as_long": 1}

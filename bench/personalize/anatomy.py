@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from clawd.engine.repetition import loops, words
+
 SHORTER = 0.7  # an answer under 70% of the base's words counts as shorter
 
 
@@ -60,7 +62,7 @@ def group_push(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def content_lost(base: list[dict[str, Any]], loop: list[dict[str, Any]], loops_fn: Any, words_fn: Any) -> dict[str, int]:
+def content_lost(base: list[dict[str, Any]], loop: list[dict[str, Any]]) -> dict[str, int]:
     """Graded held-out answers (`evaluate.grade(...)["heldout"]`, the same prompts in the same order):
     the prompts that lost their known content, by what the adapter's answer does instead."""
     out = {"lost": 0, "gained": 0, "loops": 0, "shorter": 0, "as_long": 0}
@@ -70,7 +72,7 @@ def content_lost(base: list[dict[str, Any]], loop: list[dict[str, Any]], loops_f
         if not (b["known"] and not a["known"]):
             continue
         out["lost"] += 1
-        if loops_fn(words_fn(a["text"])):
+        if loops(words(a["text"])):
             out["loops"] += 1
         elif len(a["text"].split()) < SHORTER * len(b["text"].split()):
             out["shorter"] += 1
@@ -93,8 +95,6 @@ def main() -> None:
         return
     from bench.personalize.evaluate import grade
     from bench.personalize.scenarios import SCENARIOS
-    from clawd.engine.repetition import loops, words
-
     for path in sorted(a.runs):
         run = json.loads(path.read_text())
         # a loop record: its curve's first and last points; an oracle's: its adapter's eval and the base's
@@ -104,7 +104,7 @@ def main() -> None:
             continue
         sc = SCENARIOS[path.name.split("-")[1]]
         base, loop = (grade(sc, point["eval"])["heldout"] for point in (curve[0], curve[-1]))
-        print(path.name, json.dumps(content_lost(base, loop, loops, words)))
+        print(path.name, json.dumps(content_lost(base, loop)))
 
 
 if __name__ == "__main__":
