@@ -77,6 +77,24 @@ def test_reach_counts_greedy_and_sampled_answers_apart():
                                                           "samples": 4}
 
 
+def test_reach_regrades_recorded_answers_and_keeps_the_runs_settings(tmp_path):
+    import json
+
+    from bench.personalize.reach import regrade
+
+    q = "How do I keep houseplants alive?"
+    answers = {"general": [{"prompt": q, "greedy": True, "text": "Water them:\n1. weekly\n2. in light"},
+                           {"prompt": q, "greedy": False, "text": "Water them weekly and give them **bright light**."}]}
+    (tmp_path / "personalize-reach-m-answers.json").write_text(json.dumps(answers))
+    (tmp_path / "personalize-reach-m.json").write_text(json.dumps({"model": "m", "k": 1, "scenarios": {}}))
+    regrade(tmp_path / "personalize-reach-m-answers.json")
+    out = json.loads((tmp_path / "personalize-reach-m.json").read_text())
+    assert out["model"] == "m" and out["k"] == 1 and "metric" not in out["scenarios"]  # no measure answers recorded
+    assert out["scenarios"]["bold_terms"] == {"pool": "general", "greedy": 0.0, "sampled": 1.0, "prompts_with_a_pass": 1.0,
+                                              "samples": 1}
+    assert out["scenarios"]["bullets"]["greedy"] == 0.0 and out["scenarios"]["bullets"]["sampled"] == 1.0
+
+
 def test_probe_margins_on_recorded_logprobs():
     from bench.personalize.evaluate import margin
     from bench.personalize.report import near_flips

@@ -23,6 +23,7 @@ from bench.personalize.scenarios import (
     accepts,
     answer_first,
     at_most_two_sentences,
+    bold_terms,
     content_words,
     count_sentences,
     ends_with_question,
@@ -33,6 +34,7 @@ from bench.personalize.scenarios import (
     has_no_code,
     has_no_list,
     is_french,
+    no_numbered_list,
     non_answer,
     one_paragraph,
     probe_right,
@@ -345,6 +347,33 @@ def test_one_paragraph():
     assert not one_paragraph(HOW, "Practice out loud.\n\nRecord yourself too.")
     assert not one_paragraph(HOW, "Tips:\n- practice\n- record")
     assert not one_paragraph(HOW, "")
+
+
+def test_bold_terms():
+    assert bold_terms(HOW, "**Practice** out loud with a friend, and **record** yourself.")
+    assert bold_terms(HOW, "Practice __out loud__ with a friend every week.")
+    assert not bold_terms(HOW, "Practice out loud with a friend every week.")
+    assert not bold_terms(HOW, "### Practice\nSpeak out loud with a friend every week.")  # a heading is no bold term
+    assert not bold_terms(HOW, "Practice at 2*3 times a week, with a friend and a timer.")
+    assert not bold_terms(HOW, "**Sure!**") and not bold_terms(HOW, f"**{HOW}**")  # no answer
+    # the form without the content: bold, and wrong
+    q = "What is a black hole?"
+    wrong = grade_heldout(SCENARIOS["bold_terms"], q, "A **black hole** is a hole that is black and found in space.")
+    assert wrong["form"] and not wrong["known"] and not wrong["ok"]
+    assert grade_heldout(SCENARIOS["bold_terms"], q, "A **black hole** is where gravity is so strong that not even "
+                         "light escapes.")["ok"]
+
+
+def test_no_numbered_list():
+    assert no_numbered_list(HOW, "Practice out loud with a friend, and record yourself.")  # no list at all
+    assert no_numbered_list(HOW, "Try these:\n- practice out loud\n* record yourself\n• join a club")
+    assert no_numbered_list(HOW, "Practice 2. times a week is a typo, not a list; rehearse with a friend.")
+    assert not no_numbered_list(HOW, "Try these:\n1. practice out loud\n2. record yourself")
+    assert not no_numbered_list(HOW, "Try these:\n  1) practice out loud with a friend")
+    assert not no_numbered_list(HOW, HOW) and not no_numbered_list(HOW, "")
+    q = "What is a black hole?"
+    wrong = grade_heldout(SCENARIOS["bullets"], q, "- A black hole is a hole\n- it is black and found in space")
+    assert wrong["form"] and not wrong["known"] and not wrong["ok"]
 
 
 def test_the_control_user_corrects_only_wrong_facts():

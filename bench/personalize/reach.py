@@ -12,6 +12,11 @@ A scenario the oracle can teach needs samples that pass (the oracle trains on th
 answer that mostly does not (room to gain): the report gives, per scenario, the greedy pass rate,
 the sample pass rate, and the share of prompts with at least one passing sample among K.
 Results: bench/results/personalize-reach-MODEL.json.
+
+    python -m bench.personalize.reach --regrade bench/results/personalize-reach-MODEL-answers.json
+
+grades recorded answers again (a scenario added since) with no model run, and rewrites the table
+beside them, keeping the run's own settings.
 """
 
 from __future__ import annotations
@@ -43,6 +48,25 @@ def reach(answers: list[dict[str, Any]], check) -> dict[str, Any]:
             "prompts_with_a_pass": len(passing) / max(1, len(prompts)), "samples": len(sampled)}
 
 
+def graded(recorded: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Every scenario's `reach` over the recorded answers of its pool, printed as a table."""
+    table = {sc.name: {"pool": sc.pool, **reach(recorded[sc.pool], sc.check)}
+             for sc in (*SCENARIOS.values(), CONTROL) if sc.pool in recorded}
+    print(f"\n{'scenario':<20}{'pool':<9}{'greedy':>8}{'sampled':>9}{'a pass in K':>13}")
+    for name, r in table.items():
+        print(f"{name:<20}{r['pool']:<9}{r['greedy']:>8.2f}{r['sampled']:>9.2f}{r['prompts_with_a_pass']:>13.2f}")
+    return table
+
+
+def regrade(answers: Path) -> None:
+    """The table again from recorded answers, written beside them over the run that recorded them."""
+    path = answers.with_name(answers.name.removesuffix("-answers.json") + ".json")
+    result = json.loads(path.read_text())
+    result["scenarios"] = graded(json.loads(answers.read_text()))
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="GGUF to serve (default: the daemon's)")
@@ -53,7 +77,11 @@ def main() -> None:
     p.add_argument("--pools", default=",".join(POOLS))
     p.add_argument("--daemon-args", default="")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    p.add_argument("--regrade", type=Path, help="recorded answers (…-answers.json) to grade again, with no model run")
     args = p.parse_args()
+    if args.regrade:
+        regrade(args.regrade)
+        return
     home = Path(tempfile.mkdtemp(prefix="clawd-bench-reach-"))
     d = Daemon("combined", args, home).start()
     t0 = time.time()
@@ -74,11 +102,7 @@ def main() -> None:
     finally:
         d.stop()
         shutil.rmtree(home, ignore_errors=True)
-    table = {sc.name: {"pool": sc.pool, **reach(recorded[sc.pool], sc.check)}
-             for sc in (*SCENARIOS.values(), CONTROL) if sc.pool in recorded}
-    print(f"\n{'scenario':<20}{'pool':<9}{'greedy':>8}{'sampled':>9}{'a pass in K':>13}")
-    for name, r in table.items():
-        print(f"{name:<20}{r['pool']:<9}{r['greedy']:>8.2f}{r['sampled']:>9.2f}{r['prompts_with_a_pass']:>13.2f}")
+    table = graded(recorded)
     result = {"model": model, "k": args.k, "seed": args.seed, "temperature": SAMPLING_TEMPERATURE,
               "max_tokens": args.max_tokens, "threads": args.threads, "seconds": round(time.time() - t0, 1),
               "scenarios": table}
