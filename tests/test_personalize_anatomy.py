@@ -26,6 +26,20 @@ def test_group_push_splits_the_positive_advantage_by_the_checkers_verdict():
     assert out["up_fail_share"] == pytest.approx((4 / 3) / (7 / 3), abs=0.001)
 
 
+def test_group_push_with_binary_rewards_keeps_only_groups_on_both_sides_of_the_threshold():
+    """At 0.5 the first group reads (1, 1, 0, 0): mean 0.5, advantages ±1 (spread 1, times 2), so
+    +1 on the passing 0.8 and +1 on the failing 0.6. The all-failing group (0.9, 0.1) reads (1, 0)
+    and pushes its failing 0.9 up by 1; at 0.95 it reads (0, 0) and trains nothing, and so does
+    the first (0, 0, 0, 0)."""
+    summary = {"scorer": {"margin": 0.25, "by_group": [
+        {"answers": [[0.8, True, 40], [0.6, False, 70], [0.2, False, 120], [0.4, True, 100]]},
+        {"answers": [[0.9, False, 30], [0.1, False, 90]]},
+    ]}}
+    out = group_push(summary, binary=0.5)
+    assert out["trainable"] == 2 and out["up_pass"] == pytest.approx(1.0) and out["up_fail"] == pytest.approx(2.0)
+    assert group_push(summary, binary=0.95)["trainable"] == 0
+
+
 def test_content_lost_says_what_the_adapter_wrote_instead():
     long = "Bees gather nectar from flowers and turn it into honey in the hive over many days of work."
     base = [{"known": True, "text": long}] * 4 + [{"known": False, "text": "x"}]

@@ -1,6 +1,7 @@
 """Where a loop run's learning goes (issue 28; docs/learning.md, stop 62).
 
     python -m bench.personalize.anatomy groups bench/results/personalize-*-grpo-seed*-24turns-*idle-900s*.json
+    python -m bench.personalize.anatomy groups --binary 0.5 bench/results/personalize-*-grpo-seed*-24turns-*idle-900s*.json
     python -m bench.personalize.anatomy content bench/out/cache/loop-*.json
     python -m bench.personalize.anatomy content bench/out/cache/oracle-*.json --base bench/out/cache/base-HASH.json
 
@@ -31,8 +32,10 @@ from clawd.engine.repetition import loops, words
 SHORTER = 0.7  # an answer under 70% of the base's words counts as shorter
 
 
-def group_push(summary: dict[str, Any]) -> dict[str, Any]:
-    """The trainable groups' advantages against the checker, from one run summary."""
+def group_push(summary: dict[str, Any], binary: float | None = None) -> dict[str, Any]:
+    """The trainable groups' advantages against the checker, from one run summary. With `binary`,
+    as if each reward were 1 at or above it and 0 below (a group with answers on one side only then
+    trains nothing), as an oracle's labels are: what an absolute threshold on the scorer would keep."""
     scorer = summary["scorer"]
     margin = scorer["margin"]
     out: dict[str, Any] = {"trainable": 0, "none_pass": 0, "up_pass": 0.0, "up_fail": 0.0, "up_words": 0.0, "down_words": 0.0}
@@ -45,6 +48,10 @@ def group_push(summary: dict[str, Any]) -> dict[str, Any]:
         words = np.array([a[2] for a in g["answers"]], float)  # (k,)
         if r.max() - r.min() < margin:
             continue
+        if binary is not None:
+            r = (r >= binary).astype(float)
+            if r.max() == r.min():
+                continue
         adv = (r - r.mean()) * 2 / (r.max() - r.min())  # best and worst ±1 apart by 2, as grpo_spread_norm
         out["trainable"] += 1
         out["none_pass"] += int(not ok.any())
@@ -84,14 +91,16 @@ def content_lost(base: list[dict[str, Any]], loop: list[dict[str, Any]]) -> dict
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("groups").add_argument("summaries", nargs="+", type=Path)
+    groups = sub.add_parser("groups")
+    groups.add_argument("summaries", nargs="+", type=Path)
+    groups.add_argument("--binary", type=float, help="read each reward as 1 at or above this, else 0")
     content = sub.add_parser("content")
     content.add_argument("runs", nargs="+", type=Path, help="cached loop or oracle records")
     content.add_argument("--base", type=Path, help="the cached base answers (base-HASH.json), for oracle records")
     a = p.parse_args()
     if a.cmd == "groups":
         for path in sorted(a.summaries):
-            print(path.name, json.dumps(group_push(json.loads(path.read_text()))))
+            print(path.name, json.dumps(group_push(json.loads(path.read_text()), a.binary)))
         return
     from bench.personalize.evaluate import grade
     from bench.personalize.scenarios import SCENARIOS
