@@ -92,7 +92,7 @@ def test_reach_regrades_recorded_answers_and_keeps_the_runs_settings(tmp_path):
     assert out["model"] == "m" and out["k"] == 1 and "metric" not in out["scenarios"]  # no measure answers recorded
     assert out["scenarios"]["bold_terms"] == {"pool": "general", "greedy": 0.0, "sampled": 1.0, "prompts_with_a_pass": 1.0,
                                               "samples": 1}
-    assert out["scenarios"]["bullets"]["greedy"] == 0.0 and out["scenarios"]["bullets"]["sampled"] == 1.0
+    assert out["scenarios"]["no_lists"]["greedy"] == 0.0 and out["scenarios"]["no_lists"]["sampled"] == 1.0
 
 
 def test_probe_margins_on_recorded_logprobs():

@@ -34,7 +34,6 @@ from bench.personalize.scenarios import (
     has_no_code,
     has_no_list,
     is_french,
-    no_numbered_list,
     non_answer,
     one_paragraph,
     probe_right,
@@ -362,18 +361,6 @@ def test_bold_terms():
     assert wrong["form"] and not wrong["known"] and not wrong["ok"]
     assert grade_heldout(SCENARIOS["bold_terms"], q, "A **black hole** is where gravity is so strong that not even "
                          "light escapes.")["ok"]
-
-
-def test_no_numbered_list():
-    assert no_numbered_list(HOW, "Practice out loud with a friend, and record yourself.")  # no list at all
-    assert no_numbered_list(HOW, "Try these:\n- practice out loud\n* record yourself\n• join a club")
-    assert no_numbered_list(HOW, "Practice 2. times a week is a typo, not a list; rehearse with a friend.")
-    assert not no_numbered_list(HOW, "Try these:\n1. practice out loud\n2. record yourself")
-    assert not no_numbered_list(HOW, "Try these:\n  1) practice out loud with a friend")
-    assert not no_numbered_list(HOW, HOW) and not no_numbered_list(HOW, "")
-    q = "What is a black hole?"
-    wrong = grade_heldout(SCENARIOS["bullets"], q, "- A black hole is a hole\n- it is black and found in space")
-    assert wrong["form"] and not wrong["known"] and not wrong["ok"]
 
 
 def test_the_control_user_corrects_only_wrong_facts():

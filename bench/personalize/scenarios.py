@@ -248,14 +248,6 @@ def bold_terms(question: str, reply: str) -> bool:
     return answers(question, reply) and bool(_BOLD.search(reply))
 
 
-_NUMBERED = re.compile(r"^\s*\d+[.)]\s+\S", re.MULTILINE)
-
-
-def no_numbered_list(question: str, reply: str) -> bool:
-    """Lists, if any, as bullets, never numbered (1. 2. 3.): prose and bulleted lists pass."""
-    return answers(question, reply) and not _NUMBERED.search(reply)
-
-
 # The control user's facts for measurement prompts asked in conversation: the range of a right
 # figure in each unit an answer might use, as for the held-out prompts.
 CONTROL_FACTS = {
@@ -412,18 +404,16 @@ SCENARIOS = {s.name: s for s in (
              ("Always finish by asking me a follow-up question.", "End with a question to me, please, so we can go on.",
               "Can you end your answers by asking me something back?"),
              "general", tuple(GENERAL)),
-    # Two more chosen by sample pass rates on the conversation prompts (stop 63, the reach answers of
-    # bench/results/personalize-reach-*-answers.json): greedy 0.38 and 0.44, sampled 0.36 and 0.39,
-    # 66% of prompts with a passing sample in 4. Both change the form and not what an answer says,
-    # where no_lists and one_paragraph lost content even under the oracle's perfect labels.
+    # Chosen by sample pass rates on the conversation prompts (stop 63, the reach answers of
+    # bench/results/personalize-reach-*-answers.json): greedy 0.38, sampled 0.36, 66% of prompts with
+    # a passing sample in 4. This model's bold is its list items' labels ("1. **Frost**: ..."), so
+    # the preference keeps the long answers' content, where no_lists and one_paragraph lose it even
+    # under the oracle's perfect labels. (A "bullets, never numbered" user was tried and dropped: this
+    # model's lists are numbered, so its oracle kept the same samples as no_lists' and scored alike.)
     Scenario("bold_terms", "the key terms in bold", bold_terms,
              ("Please put the key terms in bold so I can skim it.",
               "Bold the important words, please. It's hard to scan otherwise.",
               "Can you highlight the key points in bold?"),
-             "general", tuple(GENERAL)),
-    Scenario("bullets", "bullet points, never numbered lists", no_numbered_list,
-             ("Use bullet points, not numbered lists, please.", "No numbers on lists, just bullets.",
-              "I find numbered lists hard to read. Dashes or bullets instead, please."),
              "general", tuple(GENERAL)),
     Scenario("one_paragraph", "one paragraph, no line breaks", one_paragraph,
              ("Just one paragraph please, no line breaks.", "Keep it to a single paragraph.",
