@@ -222,7 +222,8 @@ def has_no_code(question: str, reply: str) -> bool:
     return answers(question, reply) and not _FENCE.search(reply) and not _INDENTED_CODE.search(reply)
 
 
-_MARKUP = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__|^\s*#{1,6}\s", re.MULTILINE)
+_BOLD = r"\*\*[^*\n]+\*\*|__[^_\n]+__"
+_MARKUP = re.compile(_BOLD + r"|^\s*#{1,6}\s", re.MULTILINE)
 
 
 def has_no_bold(question: str, reply: str) -> bool:
@@ -240,12 +241,9 @@ def one_paragraph(question: str, reply: str) -> bool:
     return answers(question, reply) and "\n" not in reply.strip()
 
 
-_BOLD = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__")
-
-
 def bold_terms(question: str, reply: str) -> bool:
     """The key terms in bold: at least one bold span (**x** or __x__). Headings do not count."""
-    return answers(question, reply) and bool(_BOLD.search(reply))
+    return answers(question, reply) and bool(re.search(_BOLD, reply))
 
 
 # The control user's facts for measurement prompts asked in conversation: the range of a right
