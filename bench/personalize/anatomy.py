@@ -36,6 +36,10 @@ def group_push(summary: dict[str, Any], binary: float | None = None) -> dict[str
     """The trainable groups' advantages against the checker, from one run summary. With `binary`,
     as if each reward were 1 at or above it and 0 below (a group with answers on one side only then
     trains nothing), as an oracle's labels are: what an absolute threshold on the scorer would keep."""
+    import torch
+
+    from clawd.train.loss import group_advantages
+
     scorer = summary["scorer"]
     margin = scorer["margin"]
     out: dict[str, Any] = {"trainable": 0, "none_pass": 0, "up_pass": 0.0, "up_fail": 0.0, "up_words": 0.0, "down_words": 0.0}
@@ -45,20 +49,20 @@ def group_push(summary: dict[str, Any], binary: float | None = None) -> dict[str
             continue
         r = np.array([a[0] for a in g["answers"]], float)  # (k,) rewards
         ok = np.array([bool(a[1]) for a in g["answers"]])  # (k,) the checker's verdicts
-        words = np.array([a[2] for a in g["answers"]], float)  # (k,)
+        n_words = np.array([a[2] for a in g["answers"]], float)  # (k,)
         if r.max() - r.min() < margin:
             continue
         if binary is not None:
             r = (r >= binary).astype(float)
             if r.max() == r.min():
                 continue
-        adv = (r - r.mean()) * 2 / (r.max() - r.min())  # best and worst ±1 apart by 2, as grpo_spread_norm
+        adv = group_advantages(torch.tensor(r[None]), spread=True)[0].numpy()  # (k,), as the loss reads them
         out["trainable"] += 1
         out["none_pass"] += int(not ok.any())
         out["up_pass"] += float(adv[ok & (adv > 0)].sum())
         out["up_fail"] += float(adv[~ok & (adv > 0)].sum())
-        out["up_words"] += float((adv.clip(0) * words).sum())
-        out["down_words"] += float((-adv.clip(None, 0) * words).sum())
+        out["up_words"] += float((adv.clip(0) * n_words).sum())
+        out["down_words"] += float((-adv.clip(None, 0) * n_words).sum())
         up += float(adv.clip(0).sum())
         down += float(-adv.clip(None, 0).sum())
     out["up_words"] = round(out["up_words"] / up, 1) if up else None
