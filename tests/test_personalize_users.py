@@ -9,18 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.personalize.probes import PROBES
-from bench.personalize.prompts import CODING, GENERAL, MEASURE, heldout
-from bench.personalize.scenarios import (
-    CONTROL,
-    CONTROL_FACTS,
-    FIGURE_COMPLAINTS,
-    GIVE_UP,
-    NON_ANSWER_COMPLAINTS,
-    SCENARIOS,
-    THANKS,
-    Known,
-    accepts,
+from bench.personalize.checkers import (
     answer_first,
     at_most_two_sentences,
     bold_terms,
@@ -28,7 +17,6 @@ from bench.personalize.scenarios import (
     count_sentences,
     ends_with_question,
     ends_with_sign_off,
-    grade_heldout,
     has_known_answer,
     has_no_bold,
     has_no_code,
@@ -37,10 +25,23 @@ from bench.personalize.scenarios import (
     non_answer,
     one_paragraph,
     probe_right,
+    uses_metric_only,
+)
+from bench.personalize.probes import PROBES
+from bench.personalize.prompts import CODING, GENERAL, MEASURE, Known, heldout
+from bench.personalize.scenarios import (
+    CONTROL,
+    CONTROL_FACTS,
+    FIGURE_COMPLAINTS,
+    GIVE_UP,
+    NON_ANSWER_COMPLAINTS,
+    SCENARIOS,
+    THANKS,
+    accepts,
+    grade_heldout,
     react,
     right_answer,
     says_something,
-    uses_metric_only,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

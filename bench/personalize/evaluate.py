@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 
 from bench.common import Daemon as ClawdServe
+from bench.personalize.checkers import non_answer, probe_right
 from bench.personalize.measures import measures
 from bench.personalize.probes import PROBES
-from bench.personalize.scenarios import SYSTEM, Scenario, grade_heldout, non_answer, probe_right
+from bench.personalize.scenarios import SYSTEM, Scenario, grade_heldout
 
 # When the scheduler looks, not how it learns: start as soon as the simulated user pauses instead of
 # after 30 s of quiet, or a run would spend most of its time waiting.

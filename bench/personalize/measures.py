@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from bench.personalize.scenarios import (
+from bench.personalize.checkers import (
     _FENCE,
     _IMPERIAL,
     _LIST_LINE,

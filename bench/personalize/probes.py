@@ -8,7 +8,7 @@ stay disjoint: a gate tuned on the questions the bench grades by would make the 
 delta meaningless. Add a probe here only if it asks about a fact or a number the gate does not.
 
 No question contains its own answer, not even as another form of a word ("walk" for "walked"):
-non_answer in personalize_scenarios.py, which every probe answer goes through first, would call the
+non_answer in checkers.py, which every probe answer goes through first, would call the
 right answer an echo. Accepted answers are matched as whole words, lower-case. The untrained
 Qwen2.5-Coder-0.5B-Instruct answered 35 of 48 right, greedy, on a first check.
 """

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.personalize.agreement import judge_agreement, scorer_agreement
+from bench.personalize.checkers import non_answer
 from bench.personalize.evaluate import (
     LOOP_FLAGS,
     SAMPLING_TEMPERATURE,
@@ -89,7 +90,7 @@ from bench.personalize.report import (
     write_oracle_summaries,
     write_summaries,
 )
-from bench.personalize.scenarios import CONTROL, SCENARIOS, SYSTEM, Scenario, non_answer, react, users_source
+from bench.personalize.scenarios import CONTROL, SCENARIOS, SYSTEM, Scenario, react, users_source
 
 METHODS = ("grpo", "rl", "opd", "combined")
 COLUMNS = ("base", "told", "oracle", "loop")

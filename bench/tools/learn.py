@@ -197,8 +197,8 @@ def run_task(api: Any, task: Task, ws: Path, *, seed: int, heldout: bool, jail: 
 
 # -- a seed -------------------------------------------------------------------------------------
 def measure(d: Any, ws: Path, seed: int, jail: bool) -> dict[str, Any]:
+    from bench.personalize.checkers import probe_right
     from bench.personalize.evaluate import greedy_answers
-    from bench.personalize.scenarios import probe_right
 
     details = [run_task(d.api, BY_NAME[n], ws, seed=seed, heldout=True, jail=jail) for n in HELD_OUT]
     probes = greedy_answers(d, [], 160)["probes"]
