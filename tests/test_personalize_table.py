@@ -111,3 +111,21 @@ def test_pooled_rows_average_the_runs_given_and_take_the_shares_of_those_means(t
     assert len(lines) == 3 and lines[1].count("---") == lines[0].count(" | ") + 1
     assert lines[2] == "| one_paragraph | 2 (0, 1) | +0.25 | +0.15 | +0.50, +0.25 | 50%, 60% | 1, 0 | 0.00, 0.04 (0.00) |"
     assert table([tmp_path / "b.json"], tmp_path).splitlines()[2].endswith("| 0 (0) | 0.04 (0.00) |")
+
+
+def test_the_oracle_is_the_mean_of_its_seeds_at_one_setting(tmp_path):
+    """Seeds 0 and 1 at one setting give (+0.40 + +0.20) / 2 = +0.30 form, and their bounds averaged
+    ([+0.25, +0.55] and [+0.05, +0.35] → [+0.15, +0.45]); a seed at another setting is not counted.
+    An adherence gain one seed's interval keeps above 0 and the other's does not averages to
+    [−0.025, …]: reaching 0, no share."""
+    base = column(0.5, [0, 0, 0], [0, 0, 0], 0.25, 95)
+    run = {"scenario": "one_paragraph", "seed": 0, "feedback_turns": 24, "settings": {}, "method": "grpo",
+           "columns": {"one_paragraph": {"base": base, "loop": column(0.8, [0.15, 0, 0.3], [0.1, 0, 0.2], 0.3, 70)}}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    for seed, form, adh, setting in ((0, [0.4, 0.25, 0.55], [0.3, 0.1, 0.5], "pairs-a-users2"),
+                                     (1, [0.2, 0.05, 0.35], [0.1, -0.15, 0.3], "pairs-a-users2"),
+                                     (2, [0.9, 0.8, 1.0], [0.9, 0.8, 1.0], "pairs-b-users2")):
+        (tmp_path / f"personalize-one_paragraph-oracle-seed{seed}-{setting}.json").write_text(json.dumps(
+            {"users": 2, "columns": {"oracle": column(0.9, form, adh, 0.3, 80)}}))
+    cells = table([tmp_path / "run.json"], tmp_path).splitlines()[2].split(" | ")[5:7]
+    assert cells == ["+0.30, +0.20", "50%, –"]

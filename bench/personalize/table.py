@@ -3,8 +3,8 @@
     python -m bench.personalize.table bench/results/personalize-*-grpo-seed*turns-*idle-900s.json
 
 One row per loop run given (its seed and feedback turns): the scenario's base, the loop, and the
-scenario's oracle (its paired oracle summary, `personalize-SCENARIO-oracle-seed0-pairs-*.json`, of the
-same simulated users, when one is committed), each as
+scenario's oracle (its paired oracle summaries, `personalize-SCENARIO-oracle-seedN-pairs-*.json`, of the
+same simulated users, when committed: the mean over their seeds), each as
 the form's pass rate (what the preference alone asks) and adherence (form and the known content),
 with the loop's gains' bootstrap 95% intervals, its form and adherence gains as shares of the
 oracle's, the wrong-content share, answer length, probes lost (of them, coin tosses: answered by the
@@ -29,9 +29,9 @@ from typing import Any
 from bench.personalize.measures import share_of_oracle
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-HEADER = ("| scenario | seed | turns | settings off the defaults | form: base → loop (gain [95%]) | oracle's gain: form, adherence "
+HEADER = ("| scenario | seed | turns | settings off the defaults | form: base → loop (gain [95%]) | oracle's gain (its seeds' mean): form, adherence "
           "| loop's share: form, adherence | adherence gain [95%] | wrong content | words | probes lost (coin tosses) | degenerate (as served) |")
-POOLED = ("| scenario | runs (seeds) | form gain, mean | adherence gain, mean | oracle's gain: form, adherence "
+POOLED = ("| scenario | runs (seeds) | form gain, mean | adherence gain, mean | oracle's gain (its seeds' mean): form, adherence "
           "| loop's share: form, adherence | probes lost, each run | degenerate (as served), each run |")
 
 
@@ -60,10 +60,26 @@ def users_of(summary: dict[str, Any]) -> int:
 
 
 def oracle_of(scenario: str, users: int, results: Path = RESULTS) -> dict[str, Any] | None:
-    """The scenario's paired oracle column for these users (seed 0, the last by name), or None."""
-    found = [s for p in sorted(results.glob(f"personalize-{scenario}-oracle-seed0-pairs-*.json"))
-             if users_of(s := json.loads(p.read_text())) == users]
-    return found[-1]["columns"]["oracle"] if found else None
+    """The scenario's paired oracle for these users: the mean over its seeds at one setting (the
+    settings of the last seed-0 summary by name: `personalize-SCENARIO-oracle-seedN-pairs-SETTINGS.json`),
+    as {"form_gain", "gain", "seeds"}, or None. Each gain is [the seeds' mean, the mean of their 95%
+    bounds]: an interval at least as wide as the mean's own, so a share is left out ('–') rather than
+    taken against an oracle gain that could be 0."""
+    def of_users(p: Path) -> dict[str, Any] | None:
+        s = json.loads(p.read_text())
+        return s if users_of(s) == users else None
+
+    firsts = [p for p in sorted(results.glob(f"personalize-{scenario}-oracle-seed0-pairs-*.json")) if of_users(p)]
+    if not firsts:
+        return None
+    setting = firsts[-1].name.split("-seed0-", 1)[1]
+    seeds = [s["columns"]["oracle"] for p in sorted(results.glob(f"personalize-{scenario}-oracle-seed*-{setting}"))
+             if p.name.split("-oracle-seed", 1)[1].split("-", 1)[0].isdigit() and (s := of_users(p))]
+
+    def mean(key: str) -> list[float]:
+        return [sum(c[key][i] for c in seeds) / len(seeds) for i in range(3)]
+
+    return {"form_gain": mean("form_gain"), "gain": mean("gain"), "seeds": len(seeds)}
 
 
 def share(gain: float, oracle_gain: float | None) -> str:
