@@ -62,7 +62,7 @@ def users_of(summary: dict[str, Any]) -> int:
 def oracle_of(scenario: str, users: int, results: Path = RESULTS) -> dict[str, Any] | None:
     """The scenario's paired oracle for these users: the mean over its seeds at one setting (the
     settings of the last seed-0 summary by name: `personalize-SCENARIO-oracle-seedN-pairs-SETTINGS.json`),
-    as {"form_gain", "gain", "seeds"}, or None. Each gain is [the seeds' mean, the mean of their 95%
+    as {"form_gain", "gain"}, or None. Each gain is [the seeds' mean, the mean of their 95%
     bounds]: an interval at least as wide as the mean's own, so a share is left out ('–') rather than
     taken against an oracle gain that could be 0."""
     def of_users(p: Path) -> dict[str, Any] | None:
@@ -79,7 +79,7 @@ def oracle_of(scenario: str, users: int, results: Path = RESULTS) -> dict[str, A
     def mean(key: str) -> list[float]:
         return [sum(c[key][i] for c in seeds) / len(seeds) for i in range(3)]
 
-    return {"form_gain": mean("form_gain"), "gain": mean("gain"), "seeds": len(seeds)}
+    return {"form_gain": mean("form_gain"), "gain": mean("gain")}
 
 
 def share(gain: float, oracle_gain: float | None) -> str:
