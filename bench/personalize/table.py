@@ -65,16 +65,15 @@ def oracle_of(scenario: str, users: int, results: Path = RESULTS) -> dict[str, A
     as {"form_gain", "gain"}, or None. Each gain is [the seeds' mean, the mean of their 95%
     bounds]: an interval at least as wide as the mean's own, so a share is left out ('–') rather than
     taken against an oracle gain that could be 0."""
-    def of_users(p: Path) -> dict[str, Any] | None:
-        s = json.loads(p.read_text())
-        return s if users_of(s) == users else None
-
-    firsts = [p for p in sorted(results.glob(f"personalize-{scenario}-oracle-seed0-pairs-*.json")) if of_users(p)]
+    found: dict[tuple[int, str], dict[str, Any]] = {}  # (seed, settings) of each of these users' paired oracle summaries, in name order
+    for p in sorted(results.glob(f"personalize-{scenario}-oracle-seed*-pairs-*.json")):
+        seed, setting = p.name.split("-oracle-seed", 1)[1].split("-", 1)
+        if seed.isdigit() and users_of(summary := json.loads(p.read_text())) == users:
+            found[int(seed), setting] = summary["columns"]["oracle"]
+    firsts = [setting for seed, setting in found if seed == 0]
     if not firsts:
         return None
-    setting = firsts[-1].name.split("-seed0-", 1)[1]
-    seeds = [s["columns"]["oracle"] for p in sorted(results.glob(f"personalize-{scenario}-oracle-seed*-{setting}"))
-             if p.name.split("-oracle-seed", 1)[1].split("-", 1)[0].isdigit() and (s := of_users(p))]
+    seeds = [column for (_, setting), column in found.items() if setting == firsts[-1]]
 
     def mean(key: str) -> list[float]:
         return [sum(c[key][i] for c in seeds) / len(seeds) for i in range(3)]
