@@ -20,10 +20,13 @@ changes). A group and its scores are each written in one transaction.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..config import Settings
 from ..engine.background import Cancelled
@@ -46,6 +49,7 @@ MAX_CONTEXT = 8192
 # evidence forever, fitting the scorer rather than the user. Two: the adapter live when the turn
 # is first replayed, and one after it has learned from it.
 REPLAYS = 2
+MARGIN_K = 4  # the group size at which the scorer's margin applies as it is (group_margin)
 
 
 def answer_seed(turn_id: int, version: int | None, i: int) -> int:
@@ -225,10 +229,37 @@ class Rollouts:
         out = [refused(r, question, made) for r in g.rollouts]
         rewards = [0.0 if no else round(self.scorer.reward(user, evidence, question, r.text, stop), 4)
                    for r, no in zip(g.rollouts, out)]
-        mode = trust.mode if trust.mode != "trusted" or max(rewards) - min(rewards) >= trust.margin else "undecided"
+        wide = max(rewards) - min(rewards) >= group_margin(trust.margin, len(rewards))
+        mode = trust.mode if trust.mode != "trusted" or wide else "undecided"
         self.store.score_group(g.id, rewards, mode, evidence, out)
         log.info("turn %d: group of %d scored %s (%s)%s", g.turn_id, len(rewards), " ".join(f"{r:.2f}" for r in rewards),
                  mode, f"; {sum(out)} empty, looping, echoing or repeating a call, given the least" if any(out) else "")
+
+
+def expected_range(n: int) -> float:
+    """The expected range (largest minus smallest) of n independent draws from one normal
+    distribution, in its standard deviations: the control-chart constant d2(n), 1.128 for 2 (that
+    is 2/sqrt(pi)), 2.059 for 4, 2.847 for 8. E[range] = the integral over x of
+    1 - F(x)^n - (1 - F(x))^n, F the normal CDF; summed on a grid fine enough for 4 decimals."""
+    x = np.linspace(-10.0, 10.0, 20001)
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))  # (20001,)
+    return float(np.sum(1.0 - cdf ** n - (1.0 - cdf) ** n) * (x[1] - x[0]))
+
+
+def group_margin(margin: float, k: int) -> float:
+    """The gap a group of k answers needs between its best and worst reward to train: the scorer's
+    margin, scaled by how far apart k answers of equal worth land by the scorer's noise alone,
+    relative to MARGIN_K answers, as the range of k normal draws grows (`expected_range`); never
+    less than the margin itself, at which the scorer's pairs go the wrong way rarely enough.
+
+    Why: a group is decided on its extreme pair, and the more answers, the wider that pair by
+    chance. At K = 8 with the margin unscaled, the control user (no preference) had 29% and 36% of
+    its groups decided against 12-28% at K = 4, and its seed 1 trained a round its scorer decided
+    at in-situ AUC 0.60 that drifted four scenarios (docs/learning.md, stop 65). Replayed on those
+    K = 8 groups, the scaled gap (x1.38) decides 4 of 24 and 7 of 36 of the control user's, and
+    12-19 of the preference users' 24-41 (unscaled: 16-28). Relative to 4, not 2: every run the
+    margin was judged by sampled 4 answers a group, and it held the control user there."""
+    return margin * max(1.0, expected_range(k) / expected_range(MARGIN_K))
 
 
 def refused(r: Rollout, question: str, made: Sequence[tuple[str, Any]] = ()) -> bool:

@@ -149,7 +149,7 @@ def pair_metrics(cases: list[list[tuple[float, bool]]], margin: float) -> dict[s
 class ScorerTrust:
     model: str
     mode: ScorerMode
-    margin: float  # the reward gap a group needs between its best and worst answer
+    margin: float  # the reward gap a pair of answers needs; a group of K needs rollouts.group_margin(margin, K)
     cases: int
     measured: dict[str, float]  # pairs, decided, wrong_sign, auc at the margin (scenario left out of each fit)
     length_auc: float  # the trivial baseline: the shorter answer ranked higher
