@@ -24,6 +24,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -236,6 +237,7 @@ class Rollouts:
                  mode, f"; {sum(out)} empty, looping, echoing or repeating a call, given the least" if any(out) else "")
 
 
+@cache
 def expected_range(n: int) -> float:
     """The expected range (largest minus smallest) of n independent draws from one normal
     distribution, in its standard deviations: the control-chart constant d2(n), 1.128 for 2 (that
@@ -257,8 +259,8 @@ def group_margin(margin: float, k: int) -> float:
     its groups decided against 12-28% at K = 4, and its seed 1 trained a round its scorer decided
     at in-situ AUC 0.60 that drifted four scenarios (docs/learning.md, stop 65). Replayed on those
     K = 8 groups, the scaled gap (x1.38) decides 4 of 24 and 7 of 36 of the control user's, and
-    12-19 of the preference users' 24-41 (unscaled: 16-28). Relative to 4, not 2: every run the
-    margin was judged by sampled 4 answers a group, and it held the control user there."""
+    12-19 of the preference users' 24-41 (unscaled: 16-28). Relative to 4, not 2: every bench run
+    that judged the margin sampled 4 answers a group, and at 4 it held the control user still."""
     return margin * max(1.0, expected_range(k) / expected_range(MARGIN_K))
 
 
