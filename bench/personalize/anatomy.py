@@ -50,7 +50,10 @@ def group_push(summary: dict[str, Any], binary: float | None = None) -> dict[str
         r = np.array([a[0] for a in g["answers"]], float)  # (k,) rewards
         ok = np.array([bool(a[1]) for a in g["answers"]])  # (k,) the checker's verdicts
         n_words = np.array([a[2] for a in g["answers"]], float)  # (k,)
-        if r.max() - r.min() < margin:
+        # trainable as the daemon decided it (its scorer's mode, recorded per group; since stop 65 a
+        # group of more than 4 needs more than the margin: rollouts.group_margin), and at least the
+        # margin apart for summaries that carry no mode
+        if g.get("scorer", "trusted") != "trusted" or r.max() - r.min() < margin:
             continue
         if binary is not None:
             r = (r >= binary).astype(float)
