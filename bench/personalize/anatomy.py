@@ -107,7 +107,13 @@ def main() -> None:
     a = p.parse_args()
     if a.cmd == "groups":
         for path in sorted(a.summaries):
-            print(path.name, json.dumps(group_push(json.loads(path.read_text()), a.binary)))
+            summary = json.loads(path.read_text())
+            groups_ = summary.get("scorer", {}).get("by_group", [])
+            if not groups_ or any(len(ans) < 3 for g in groups_ for ans in g["answers"]):
+                # stop 52's and earlier summaries keep no groups, or no word count per answer
+                print(path.name, "no groups with word counts recorded")
+                continue
+            print(path.name, json.dumps(group_push(summary, a.binary)))
         return
     from bench.personalize.evaluate import grade
     from bench.personalize.scenarios import SCENARIOS
